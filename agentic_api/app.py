@@ -1,0 +1,89 @@
+"""The application factory: ``create_app(settings)`` wires storage, upstream and routes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from agentic_api import __version__
+from agentic_api.http.auth import LOCAL_TENANT_NAME, KeyCache
+from agentic_api.http.errors import install_error_handlers
+from agentic_api.http.middleware import BodyMiddleware, RequestContextMiddleware
+from agentic_api.http.routes import health, models
+from agentic_api.log import configure_logging, get_logger
+from agentic_api.services import Services
+from agentic_api.settings import Settings
+from agentic_api.storage.database import Database
+from agentic_api.storage.migrate import upgrade_async
+from agentic_api.storage.tenants import TenantRepository
+from agentic_api.upstream.client import UpstreamClient
+
+log = get_logger("agentic_api.app")
+
+
+async def build_services(settings: Settings) -> Services:
+    settings.check()
+    secret = settings.load_server_secret()
+    if settings.is_sqlite:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.should_auto_migrate:
+        await upgrade_async(settings.resolved_database_url)
+    db = Database.from_url(settings.resolved_database_url, pool_size=settings.database_pool_size)
+    upstream = UpstreamClient(
+        settings.upstream_base_url,
+        api_key=(
+            settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
+        ),
+        connect_timeout=settings.upstream_connect_timeout,
+        read_timeout=settings.upstream_read_timeout,
+        models_cache_seconds=settings.models_cache_seconds,
+    )
+    services = Services(settings=settings, db=db, upstream=upstream, secret=secret)
+    if settings.single_tenant:
+        await _ensure_local_tenant(db)
+    return services
+
+
+async def _ensure_local_tenant(db: Database) -> None:
+    async with db.write() as session:
+        repo = TenantRepository(session)
+        if await repo.by_name(LOCAL_TENANT_NAME) is None:
+            await repo.create(LOCAL_TENANT_NAME)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    configure_logging(settings.log_format, settings.log_level)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services = await build_services(settings)
+        app.state.services = services
+        app.state.key_cache = KeyCache()
+        log.info(
+            "started",
+            database=services.db.dialect,
+            upstream=settings.upstream_base_url,
+            single_tenant=settings.single_tenant,
+        )
+        try:
+            yield
+        finally:
+            await services.close()
+            log.info("stopped")
+
+    app = FastAPI(
+        title="agentic-api",
+        version=__version__,
+        description="OpenAI Responses API server that owns conversation state for vLLM.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    for module in (health, models):
+        app.include_router(module.router)
+    # Outermost last: the request id wraps everything, including 413s from the body check.
+    app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContextMiddleware)
+    return app

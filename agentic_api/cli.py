@@ -1,0 +1,225 @@
+"""The ``agentic-api`` command: serve, migrate, and tenant/key administration."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+import typer
+
+from agentic_api.settings import ConfigError, Settings
+from agentic_api.storage.database import Database
+from agentic_api.storage.migrate import upgrade
+from agentic_api.storage.tenants import TenantRepository
+
+T = TypeVar("T")
+
+app = typer.Typer(help="agentic-api: a stateful OpenAI Responses API server for vLLM.",
+                  no_args_is_help=True, add_completion=False)
+tenant_app = typer.Typer(help="Manage tenants.", no_args_is_help=True)
+key_app = typer.Typer(help="Manage tenant API keys.", no_args_is_help=True)
+admin_key_app = typer.Typer(help="Manage admin keys.", no_args_is_help=True)
+app.add_typer(tenant_app, name="tenant")
+app.add_typer(key_app, name="key")
+app.add_typer(admin_key_app, name="admin-key")
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except Exception as exc:  # pydantic's error names the bad variable
+        _fail(f"invalid configuration: {exc}", 2)
+        raise
+
+
+def _with_db(action: Callable[[TenantRepository], Awaitable[T]]) -> T:
+    settings = _settings()
+    if settings.is_sqlite:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.should_auto_migrate:
+        upgrade(settings.resolved_database_url)
+
+    async def run() -> T:
+        db = Database.from_url(settings.resolved_database_url, pool_size=1)
+        try:
+            async with db.write() as session:
+                return await action(TenantRepository(session))
+        finally:
+            await db.close()
+
+    try:
+        return asyncio.run(run())
+    except OSError as exc:
+        _fail(f"cannot reach the database: {exc}")
+        raise
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address (AGENTIC_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (AGENTIC_PORT).")] = None,
+    upstream: Annotated[
+        str | None, typer.Option(help="vLLM / llm-d base URL (AGENTIC_UPSTREAM_BASE_URL).")
+    ] = None,
+    single_tenant: Annotated[
+        bool, typer.Option("--single-tenant", help="Auth off, one local tenant (loopback only).")
+    ] = False,
+) -> None:
+    """Run the HTTP server."""
+    import uvicorn
+
+    from agentic_api.app import create_app
+
+    overrides: dict[str, object] = {}
+    if host is not None:
+        overrides["host"] = host
+    if port is not None:
+        overrides["port"] = port
+    if upstream is not None:
+        overrides["upstream_base_url"] = upstream
+    if single_tenant:
+        overrides["single_tenant"] = True
+    try:
+        settings = Settings(**overrides)  # type: ignore[arg-type]
+        settings.check()
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+        return
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=30,
+    )
+
+
+@app.command()
+def migrate() -> None:
+    """Upgrade the database schema to the latest revision."""
+    settings = _settings()
+    if settings.is_sqlite:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        upgrade(settings.resolved_database_url)
+    except OSError as exc:
+        _fail(f"cannot reach the database: {exc}")
+    typer.echo("database is at the latest revision")
+
+
+@tenant_app.command("create")
+def tenant_create(name: str) -> None:
+    """Create a tenant and print its first API key (shown only once)."""
+
+    async def action(repo: TenantRepository) -> tuple[str, str]:
+        if await repo.by_name(name) is not None:
+            _fail(f"a tenant named {name!r} already exists")
+        tenant = await repo.create(name)
+        key = await repo.issue_key(tenant, name="initial")
+        return tenant.id, key.plaintext
+
+    tenant_id, plaintext = _with_db(action)
+    typer.echo(f"tenant: {tenant_id} ({name})")
+    typer.echo(f"api key (shown once): {plaintext}")
+
+
+@tenant_app.command("list")
+def tenant_list() -> None:
+    """List tenants."""
+
+    async def action(repo: TenantRepository) -> list[str]:
+        rows = []
+        for tenant in await repo.list(limit=10_000):
+            state = "disabled" if tenant.disabled_at else "active"
+            rows.append(f"{tenant.id}\t{tenant.name}\t{state}\tsalt-epoch={tenant.salt_epoch}")
+        return rows
+
+    for row in _with_db(action):
+        typer.echo(row)
+
+
+@key_app.command("create")
+def key_create(
+    tenant: Annotated[str, typer.Argument(help="Tenant name or id.")],
+    name: Annotated[str | None, typer.Option(help="A label for the key.")] = None,
+) -> None:
+    """Issue another API key for a tenant (printed once)."""
+
+    async def action(repo: TenantRepository) -> str:
+        found = await repo.by_name_or_id(tenant)
+        if found is None:
+            _fail(f"no tenant {tenant!r}")
+            raise AssertionError
+        return (await repo.issue_key(found, name=name)).plaintext
+
+    typer.echo(f"api key (shown once): {_with_db(action)}")
+
+
+@key_app.command("list")
+def key_list(tenant: Annotated[str, typer.Argument(help="Tenant name or id.")]) -> None:
+    """List a tenant's keys (ids and display prefixes only)."""
+
+    async def action(repo: TenantRepository) -> list[str]:
+        found = await repo.by_name_or_id(tenant)
+        if found is None:
+            _fail(f"no tenant {tenant!r}")
+            raise AssertionError
+        return [
+            f"{k.id}\t{k.key_prefix}…\t{'revoked' if k.revoked_at else 'active'}\t{k.name or ''}"
+            for k in await repo.keys(found.id)
+        ]
+
+    for row in _with_db(action):
+        typer.echo(row)
+
+
+@key_app.command("revoke")
+def key_revoke(key_id: str) -> None:
+    """Revoke an API key by id."""
+
+    async def action(repo: TenantRepository) -> bool:
+        return await repo.revoke_key(key_id)
+
+    if not _with_db(action):
+        _fail(f"no active key {key_id!r}")
+    typer.echo(f"revoked {key_id}")
+
+
+@admin_key_app.command("create")
+def admin_key_create(
+    name: Annotated[str | None, typer.Option(help="A label for the key.")] = None,
+) -> None:
+    """Issue an admin key for /admin/v1 (printed once)."""
+
+    async def action(repo: TenantRepository) -> str:
+        return (await repo.issue_admin_key(name)).plaintext
+
+    typer.echo(f"admin key (shown once): {_with_db(action)}")
+
+
+@admin_key_app.command("revoke")
+def admin_key_revoke(key_id: str) -> None:
+    """Revoke an admin key by id."""
+
+    async def action(repo: TenantRepository) -> bool:
+        return await repo.revoke_admin_key(key_id)
+
+    if not _with_db(action):
+        _fail(f"no active admin key {key_id!r}")
+    typer.echo(f"revoked {key_id}")
+
+
+def main() -> None:
+    try:
+        app()
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,94 @@
+"""One error type for the whole server, rendered in OpenAI's error shape by the HTTP layer.
+
+Every layer raises ``ApiError`` (or a subclass) with the HTTP status and the OpenAI error
+``type``/``code``/``param`` it deserves, so a client sees the same shape whatever failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    status_code: int = 500
+    error_type: str = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status_code: int | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if status_code is not None:
+            self.status_code = status_code
+        if error_type is not None:
+            self.error_type = error_type
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+class InvalidRequest(ApiError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+    error_type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class NotFound(ApiError):
+    status_code = 404
+    error_type = "invalid_request_error"
+    code = "not_found"
+
+
+class Conflict(ApiError):
+    status_code = 409
+    error_type = "invalid_request_error"
+    code = "conflict"
+
+
+class PayloadTooLarge(ApiError):
+    status_code = 413
+    error_type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class Unprocessable(ApiError):
+    status_code = 422
+    error_type = "invalid_request_error"
+
+
+class UpstreamError(ApiError):
+    """The model server failed; ``status_code`` is 502 or 504 unless it answered 4xx itself."""
+
+    status_code = 502
+    error_type = "server_error"
+    code = "upstream_error"
+
+
+class CheckpointInvalid(ApiError):
+    """Stored history failed verification; we refuse rather than send a different prefix."""
+
+    status_code = 500
+    error_type = "server_error"
+    code = "checkpoint_invalid"

@@ -1,0 +1,1 @@
+"""Transport only: routes, auth, SSE framing, WebSocket sessions, error rendering."""

@@ -1,0 +1,91 @@
+"""Renders every failure in OpenAI's error shape; no framework HTML or ``{"detail": …}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
+
+from agentic_api.errors import ApiError
+from agentic_api.log import get_logger
+
+log = get_logger("agentic_api.errors")
+
+_STATUS_CODES = {
+    401: "invalid_api_key",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "request_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status_code, headers=headers)
+
+
+def _param_from_location(location: tuple[Any, ...] | list[Any]) -> str | None:
+    parts = [str(p) for p in location if p not in ("body", "query", "path", "header")]
+    if not parts:
+        return None
+    text = parts[0]
+    for part in parts[1:]:
+        text += f"[{part}]" if part.isdigit() else f".{part}"
+    return text
+
+
+def validation_error(exc: RequestValidationError) -> ApiError:
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    param = _param_from_location(first.get("loc", ()))
+    message = str(first.get("msg", "invalid request"))
+    if param:
+        message = f"Invalid value for '{param}': {message}"
+    return ApiError(
+        message,
+        param=param,
+        code="invalid_value" if param else "invalid_request",
+        status_code=400,
+        error_type="invalid_request_error",
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> Response:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> Response:
+        return error_response(validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        status = exc.status_code
+        message = str(exc.detail) if exc.detail else "request failed"
+        if status == 404:
+            message = f"Unknown route: {request.method} {request.url.path}"
+        elif status == 405:
+            message = f"Method {request.method} is not allowed on {request.url.path}"
+        error = ApiError(
+            message,
+            code=_STATUS_CODES.get(status),
+            status_code=status,
+            error_type="invalid_request_error" if status < 500 else "server_error",
+        )
+        return error_response(error, headers=dict(exc.headers or {}))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        request_id = getattr(request.state, "request_id", None)
+        log.exception("unhandled error", path=request.url.path)
+        error = ApiError(
+            f"The server had an error while processing the request (request id {request_id}).",
+            status_code=500,
+            error_type="server_error",
+        )
+        return error_response(error)

@@ -1,0 +1,191 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware, so streaming responses are never buffered)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import time
+import zlib
+from typing import Any
+
+import orjson
+import structlog
+import zstandard
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge
+from agentic_api.log import get_logger
+from lineage import mint_id
+from lineage.ids import IdKind
+
+log = get_logger("agentic_api.access")
+
+REQUEST_ID_HEADER = b"x-request-id"
+
+
+def new_request_id() -> str:
+    return "req_" + mint_id(IdKind.ITEM).split("_", 1)[1]
+
+
+class RequestContextMiddleware:
+    """Gives every request an id (header ``x-request-id``), binds it into logs, logs access."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        request_id = new_request_id()
+        scope.setdefault("state", {})["request_id"] = request_id
+        structlog.contextvars.clear_contextvars()
+        structlog.contextvars.bind_contextvars(request_id=request_id)
+        started = time.perf_counter()
+        status_holder: dict[str, int] = {}
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_holder["status"] = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((REQUEST_ID_HEADER, request_id.encode()))
+                message = {**message, "headers": headers}
+            elif message["type"] == "websocket.accept":
+                headers = list(message.get("headers", []))
+                headers.append((REQUEST_ID_HEADER, request_id.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            log.info(
+                "request",
+                method=scope.get("method", "WS"),
+                path=scope.get("path"),
+                status=status_holder.get("status"),
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+            )
+
+
+class BodyMiddleware:
+    """Enforces the body size limit and undoes ``Content-Encoding: gzip|zstd|deflate``.
+
+    The limit applies to the decompressed size, so a small compressed bomb is refused too.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE"):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.lower(): v for k, v in scope["headers"]}
+        encoding = headers.get(b"content-encoding", b"identity").decode("latin-1").strip().lower()
+        declared = headers.get(b"content-length")
+        try:
+            if declared is not None and int(declared) > self.max_body_bytes:
+                raise self._too_large()
+            raw = await self._read_body(receive)
+            body = self._decode(raw, encoding)
+        except ApiError as exc:
+            await _send_error(send, exc)
+            return
+
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        if encoding != "identity":
+            kept = [(k, v) for k, v in scope["headers"] if k.lower() not in _ENCODING_HEADERS]
+            kept.append((b"content-length", str(len(body)).encode()))
+            scope = {**scope, "headers": kept}
+        await self.app(scope, replay, send)
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise self._too_large()
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    def _decode(self, raw: bytes, encoding: str) -> bytes:
+        if encoding in ("identity", ""):
+            return raw
+        try:
+            if encoding == "zstd":
+                reader = zstandard.ZstdDecompressor().stream_reader(raw)
+                return self._bounded(reader.read, reader.close)
+            if encoding in ("gzip", "x-gzip"):
+                stream = gzip.GzipFile(fileobj=io.BytesIO(raw))
+                return self._bounded(stream.read, stream.close)
+            if encoding == "deflate":
+                inflater = zlib.decompressobj()
+                out = inflater.decompress(raw, self.max_body_bytes + 1)
+                if len(out) > self.max_body_bytes:
+                    raise self._too_large()
+                return out
+        except ApiError:
+            raise
+        except Exception as exc:
+            raise InvalidRequest(
+                f"request body could not be decoded as {encoding}", code="invalid_body_encoding"
+            ) from exc
+        raise InvalidRequest(
+            f"unsupported Content-Encoding {encoding!r} (use gzip, zstd or deflate)",
+            code="unsupported_content_encoding",
+        )
+
+    def _bounded(self, read: Any, close: Any) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                chunk = read(65536)
+                if not chunk:
+                    return b"".join(chunks)
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    raise self._too_large()
+                chunks.append(chunk)
+        finally:
+            close()
+
+    def _too_large(self) -> PayloadTooLarge:
+        return PayloadTooLarge(
+            f"request body exceeds the limit of {self.max_body_bytes} bytes",
+        )
+
+
+_ENCODING_HEADERS = (b"content-encoding", b"content-length")
+
+
+async def _send_error(send: Send, error: ApiError) -> None:
+    body = orjson.dumps(error.body())
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status_code,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,30 @@
+"""/v1/models, proxied from the upstream (briefly cached by the client)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from agentic_api.errors import NotFound
+from agentic_api.http.auth import TenantContext, require_tenant, services_of
+
+router = APIRouter(tags=["models"])
+
+
+@router.get("/v1/models")
+async def list_models(
+    request: Request, _tenant: TenantContext = Depends(require_tenant)
+) -> dict[str, Any]:
+    return await services_of(request).upstream.models()
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(
+    model_id: str, request: Request, _tenant: TenantContext = Depends(require_tenant)
+) -> dict[str, Any]:
+    listing = await services_of(request).upstream.models()
+    for model in listing.get("data", []):
+        if isinstance(model, dict) and model.get("id") == model_id:
+            return model
+    raise NotFound(f"The model '{model_id}' does not exist", param="model", code="model_not_found")

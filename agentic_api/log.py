@@ -1,0 +1,50 @@
+"""Structured logging: JSON lines (or console), with the request id bound per request."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+
+# Keys whose values must never reach a log line, wherever they appear in an event.
+_SECRET_KEYS = frozenset(
+    {"authorization", "api_key", "key", "secret", "server_secret", "cache_salt", "headers"}
+)
+
+
+def _redact(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    for key in list(event):
+        if key.lower() in _SECRET_KEYS:
+            event[key] = "[redacted]"
+    return event
+
+
+def configure_logging(fmt: str = "json", level: str = "info") -> None:
+    numeric = logging.getLevelName(level.upper())
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _redact,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    logging.basicConfig(level=numeric, stream=sys.stderr, format="%(name)s %(message)s")
+    # Our own access log carries the request id; uvicorn's would duplicate it without.
+    logging.getLogger("uvicorn.access").disabled = True
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    return structlog.get_logger(name)  # type: ignore[no-any-return]

@@ -1,0 +1,158 @@
+"""Every knob of the server, read from the environment (prefix ``AGENTIC_``)."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SECRET_FILE_NAME = "server_secret"
+
+
+def _default_data_dir() -> Path:
+    return Path.home() / ".local" / "share" / "agentic-api"
+
+
+class Settings(BaseSettings):
+    """Server configuration. Each field maps to ``AGENTIC_<FIELD>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTIC_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Interface the HTTP server binds to.")
+    port: int = Field(8080, ge=0, le=65535, description="TCP port the HTTP server listens on.")
+    production: bool = Field(
+        False,
+        description="Production mode: the server secret must be given explicitly and "
+        "the single-tenant mode is refused.",
+    )
+    data_dir: Path = Field(
+        default_factory=_default_data_dir,
+        description="Folder for the embedded SQLite database and the generated server secret.",
+    )
+    database_url: str | None = Field(
+        None,
+        description="SQLAlchemy URL. Unset: an SQLite file in data_dir. "
+        "postgresql://… or postgresql+asyncpg://… selects PostgreSQL through asyncpg.",
+    )
+    database_pool_size: int = Field(10, ge=1, description="PostgreSQL connection pool size.")
+    auto_migrate: bool | None = Field(
+        None,
+        description="Run migrations when the server starts. Unset: only for SQLite, whose "
+        "database is embedded and owned by this process.",
+    )
+    upstream_base_url: str = Field(
+        "http://127.0.0.1:8000",
+        description="Base URL of the vLLM server or llm-d router (with or without a /v1 suffix).",
+    )
+    upstream_api_key: SecretStr | None = Field(
+        None, description="Bearer token sent to the upstream, if it requires one."
+    )
+    upstream_connect_timeout: float = Field(
+        5.0, gt=0, description="Seconds to wait for a TCP connection to the upstream."
+    )
+    upstream_read_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds to wait for the next bytes from the upstream (per read, so long "
+        "streams are fine as long as tokens keep coming).",
+    )
+    models_cache_seconds: float = Field(
+        10.0, ge=0, description="How long the upstream's /v1/models answer is reused."
+    )
+    server_secret: SecretStr | None = Field(
+        None,
+        description="Secret from which tenant cache salts are derived (HMAC). Unset outside "
+        "production mode: generated once and persisted in data_dir/server_secret.",
+    )
+    single_tenant: bool = Field(
+        False,
+        description="Local single-tenant mode: requests without an API key act as the tenant "
+        "'local'. Refused on a non-loopback host and in production mode.",
+    )
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, gt=0, description="Largest accepted request body (after decompression)."
+    )
+    log_format: Literal["json", "console"] = Field(
+        "json", description="Log rendering: one JSON object per line, or human-readable."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Minimum log level."
+    )
+
+    @field_validator("upstream_base_url")
+    @classmethod
+    def _strip_v1(cls, value: str) -> str:
+        value = value.rstrip("/")
+        return value.removesuffix("/v1")
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        """The SQLAlchemy async URL actually used."""
+        url = self.database_url
+        if url is None:
+            return f"sqlite+aiosqlite:///{self.data_dir / 'agentic.db'}"
+        if url.startswith(("postgres://", "postgresql://")):
+            return "postgresql+asyncpg://" + url.split("://", 1)[1]
+        if url.startswith("sqlite://") and not url.startswith("sqlite+aiosqlite://"):
+            return "sqlite+aiosqlite://" + url.split("://", 1)[1]
+        return url
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.resolved_database_url.startswith("sqlite")
+
+    @property
+    def should_auto_migrate(self) -> bool:
+        return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
+
+    @property
+    def binds_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def check(self) -> None:
+        """Refuse combinations that would be unsafe; raises ``ConfigError``."""
+        if self.single_tenant and (self.production or not self.binds_loopback):
+            raise ConfigError(
+                "single-tenant mode (auth off) is only allowed on a loopback host "
+                "outside production mode"
+            )
+        if self.production and self.server_secret is None:
+            raise ConfigError("AGENTIC_SERVER_SECRET is required in production mode")
+
+    def load_server_secret(self) -> bytes:
+        """The salt secret: configured, or generated once and persisted in data_dir."""
+        if self.server_secret is not None:
+            value = self.server_secret.get_secret_value()
+            if len(value) < 16:
+                raise ConfigError("AGENTIC_SERVER_SECRET must be at least 16 characters")
+            return value.encode()
+        if self.production:
+            raise ConfigError("AGENTIC_SERVER_SECRET is required in production mode")
+        path = self.data_dir / SECRET_FILE_NAME
+        if not path.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            # Exclusive create so two processes starting together agree on one secret.
+            try:
+                with path.open("x", encoding="ascii") as handle:
+                    handle.write(secrets.token_hex(32))
+                path.chmod(0o600)
+            except FileExistsError:
+                pass
+        value = path.read_text(encoding="ascii").strip()
+        if not value:
+            raise ConfigError(f"server secret file {path} is empty")
+        return value.encode()
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used as given."""

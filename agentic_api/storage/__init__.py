@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy models, repositories, the unit of work and dialect setup."""

@@ -1,0 +1,57 @@
+"""Engine creation and the dialect differences we paper over (SQLite pragmas, BEGIN modes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEngine:
+    if url.startswith("sqlite"):
+        return _sqlite_engine(url, echo=echo)
+    return create_async_engine(
+        url,
+        echo=echo,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        pool_recycle=1800,
+    )
+
+
+def _sqlite_engine(url: str, *, echo: bool) -> AsyncEngine:
+    kwargs: dict[str, Any] = {"echo": echo}
+    if ":memory:" in url or url.rstrip("/").endswith("sqlite+aiosqlite:"):
+        # A private in-memory database would vanish between pooled connections.
+        raise ValueError("in-memory SQLite is not supported; give the database a file")
+    engine = create_async_engine(url, **kwargs)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Take over transaction control from pysqlite so we can say BEGIN IMMEDIATE.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(connection: Connection) -> None:
+        # Writers take the write lock up front: a deferred transaction that reads first
+        # and writes later fails at once with SQLITE_BUSY instead of waiting its turn.
+        mode = connection.get_execution_options().get("sqlite_begin", "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def uses_null_pool(engine: AsyncEngine) -> bool:
+    return isinstance(engine.pool, NullPool)

@@ -1,0 +1,180 @@
+"""Tables. Every row of tenant data carries ``tenant_id`` so every read can be scoped by it.
+
+Items are stored as their canonical JSON text (``data``): exactly the bytes we send
+upstream when the item is replayed, which is what makes the prefix digest provable.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from agentic_api.storage.types import JsonDocument, UtcDateTime, utcnow
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+ID = String(64)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    disabled_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # Bumped to rotate the tenant's cache salt (which throws away its cached prefixes).
+    salt_epoch: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), index=True)
+    # sha256 of the key; the key itself is shown once at creation and never stored.
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    key_prefix: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class AdminKey(Base):
+    __tablename__ = "admin_keys"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    key_prefix: Mapped[str] = mapped_column(String(32))
+    name: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class Conversation(Base):
+    __tablename__ = "conversations"
+    __table_args__ = (Index(None, "tenant_id", "updated_at"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JsonDocument, default=dict)
+    # Position the next appended item takes; positions never repeat, so order has no gaps
+    # within one append and deletions never reorder what remains.
+    next_position: Mapped[int] = mapped_column(Integer, default=0)
+    # Optimistic lock: a turn commits only if the version it read is still current.
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    head_response_id: Mapped[str | None] = mapped_column(ID)
+
+
+class ConversationItem(Base):
+    __tablename__ = "conversation_items"
+    __table_args__ = (UniqueConstraint("conversation_id", "item_id"),)
+
+    conversation_id: Mapped[str] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ID)
+    item_id: Mapped[str] = mapped_column(ID)
+    type: Mapped[str] = mapped_column(String(64))
+    data: Mapped[str] = mapped_column(Text)
+    response_id: Mapped[str | None] = mapped_column(ID)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class Response(Base):
+    __tablename__ = "responses"
+    __table_args__ = (
+        Index(None, "tenant_id", "created_at"),
+        Index(None, "tenant_id", "conversation_id"),
+        Index(None, "previous_response_id"),
+    )
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    conversation_id: Mapped[str | None] = mapped_column(
+        ForeignKey("conversations.id", ondelete="SET NULL")
+    )
+    previous_response_id: Mapped[str | None] = mapped_column(ID)
+    session_id: Mapped[str] = mapped_column(String(200))
+    depth: Mapped[int] = mapped_column(Integer, default=0)
+    status: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    store: Mapped[bool] = mapped_column(Boolean, default=True)
+    background: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Deleted responses stay as ancestors of their descendants but are unreachable by id.
+    deleted_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # The Response object exactly as the client last saw it.
+    body: Mapped[dict[str, Any]] = mapped_column(JsonDocument)
+    # The create request after validation (what a background worker needs to run it).
+    request: Mapped[dict[str, Any]] = mapped_column(JsonDocument)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
+    input_tokens: Mapped[int | None] = mapped_column(Integer)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer)
+    output_tokens: Mapped[int | None] = mapped_column(Integer)
+    fingerprint: Mapped[dict[str, Any]] = mapped_column(JsonDocument)
+    fingerprint_digest: Mapped[str] = mapped_column(String(64))
+    # What changed in the fingerprint relative to the parent turn (why reuse may have died).
+    fingerprint_changes: Mapped[list[dict[str, Any]]] = mapped_column(JsonDocument, default=list)
+    salt_epoch: Mapped[int] = mapped_column(Integer)
+    # Hash chain over the full model-visible history through this turn's output, and
+    # how many items it covers: rehydration recomputes both and fails closed on mismatch.
+    prefix_digest: Mapped[str | None] = mapped_column(String(64))
+    history_item_count: Mapped[int] = mapped_column(Integer, default=0)
+    input_item_count: Mapped[int] = mapped_column(Integer, default=0)
+    output_item_count: Mapped[int] = mapped_column(Integer, default=0)
+    # For a turn in a conversation: the conversation position of its first input item.
+    conversation_position: Mapped[int | None] = mapped_column(Integer)
+
+
+class ResponseItem(Base):
+    __tablename__ = "response_items"
+    __table_args__ = (Index(None, "tenant_id", "item_id"),)
+
+    response_id: Mapped[str] = mapped_column(
+        ForeignKey("responses.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ID)
+    item_id: Mapped[str] = mapped_column(ID)
+    # "input" items were sent by the client for this turn; "output" items came from the model.
+    role: Mapped[str] = mapped_column(String(8))
+    type: Mapped[str] = mapped_column(String(64))
+    data: Mapped[str] = mapped_column(Text)
+
+
+class ResponseEvent(Base):
+    __tablename__ = "response_events"
+
+    response_id: Mapped[str] = mapped_column(
+        ForeignKey("responses.id", ondelete="CASCADE"), primary_key=True
+    )
+    sequence_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[str] = mapped_column(Text)

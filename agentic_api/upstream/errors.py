@@ -1,0 +1,67 @@
+"""Maps upstream failures onto our error type: the client sees one OpenAI error shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import orjson
+
+from agentic_api.errors import ApiError, UpstreamError
+
+
+def from_transport(exc: httpx.HTTPError, base_url: str) -> UpstreamError:
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamError(
+            f"The model server at {base_url} did not answer in time ({type(exc).__name__}).",
+            status_code=504,
+            code="upstream_timeout",
+        )
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamError(
+            f"The model server at {base_url} could not be reached.",
+            status_code=502,
+            code="upstream_unreachable",
+        )
+    return UpstreamError(
+        f"The connection to the model server failed: {type(exc).__name__}.",
+        status_code=502,
+        code="upstream_connection_error",
+    )
+
+
+def from_status(status: int, body: bytes) -> ApiError:
+    """4xx answers keep their status (the request was bad); 5xx becomes our 502."""
+    message, param, code = _describe(body)
+    if 400 <= status < 500:
+        return ApiError(
+            message or f"The model server rejected the request (HTTP {status}).",
+            status_code=status,
+            error_type="invalid_request_error",
+            param=param,
+            code=code if isinstance(code, str) else "upstream_rejected",
+        )
+    return UpstreamError(
+        f"The model server failed (HTTP {status})" + (f": {message}" if message else "."),
+        status_code=502,
+        code="upstream_error",
+    )
+
+
+def _describe(body: bytes) -> tuple[str | None, str | None, Any]:
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        text = body.decode("utf-8", "replace").strip()
+        return (text[:500] or None), None, None
+    error = parsed.get("error") if isinstance(parsed, dict) else None
+    if isinstance(error, dict):
+        param = error.get("param")
+        return (
+            str(error.get("message") or "") or None,
+            param if isinstance(param, str) else None,
+            error.get("code"),
+        )
+    if isinstance(parsed, dict) and "message" in parsed:
+        return str(parsed["message"]), None, None
+    return None, None, None

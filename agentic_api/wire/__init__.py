@@ -1,0 +1,1 @@
+"""Pydantic models of the public wire format we accept and emit."""

@@ -1,0 +1,157 @@
+"""The ``POST /v1/responses`` body: validated strictly where we act on a field, passed
+through untouched where we do not (the upstream decides about those)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentic_api.errors import ApiError, InvalidRequest
+from agentic_api.wire.limits import (
+    MAX_ID_LENGTH,
+    MAX_INCLUDE_ENTRIES,
+    MAX_INPUT_ITEMS,
+    MAX_MODEL_LENGTH,
+    MAX_PROMPT_CACHE_KEY_LENGTH,
+    MAX_TOOLS,
+)
+from agentic_api.wire.metadata import check_metadata
+
+# Fields that shape our own behaviour and never travel upstream as given.
+SERVER_FIELDS = frozenset(
+    {
+        "previous_response_id",
+        "conversation",
+        "store",
+        "stream",
+        "stream_options",
+        "background",
+        "metadata",
+        "cache_salt",
+        "generate",
+        "stream_id",
+        "type",
+    }
+)
+
+
+class ConversationRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
+
+
+class CreateResponseRequest(BaseModel):
+    """Fields we read. Anything else is kept in ``model_extra`` and forwarded verbatim."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=MAX_MODEL_LENGTH)
+    input: str | list[Any]
+    instructions: str | list[Any] | None = None
+    previous_response_id: str | None = Field(None, min_length=1, max_length=MAX_ID_LENGTH)
+    conversation: str | ConversationRef | None = None
+    store: bool = True
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    background: bool = False
+    tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    max_tool_calls: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    include: list[str] | None = Field(None, max_length=MAX_INCLUDE_ENTRIES)
+    metadata: dict[str, Any] | None = None
+    prompt_cache_key: str | None = Field(None, max_length=MAX_PROMPT_CACHE_KEY_LENGTH)
+    user: str | None = None
+    safety_identifier: str | None = None
+    service_tier: str | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _input_size(cls, value: str | list[Any]) -> str | list[Any]:
+        if isinstance(value, list) and len(value) > MAX_INPUT_ITEMS:
+            raise ValueError(f"at most {MAX_INPUT_ITEMS} input items are allowed")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        try:
+            return check_metadata(value)
+        except InvalidRequest as exc:
+            raise ValueError(exc.message) from exc
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+        for index, tool in enumerate(value or []):
+            if not isinstance(tool.get("type"), str) or not tool["type"]:
+                raise ValueError(f"tools[{index}] needs a string 'type'")
+            if tool["type"] == "function" and not isinstance(tool.get("name"), str):
+                raise ValueError(f"tools[{index}] is a function tool without a 'name'")
+        return value
+
+    @property
+    def conversation_id(self) -> str | None:
+        if isinstance(self.conversation, ConversationRef):
+            return self.conversation.id
+        return self.conversation
+
+    def passthrough(self) -> dict[str, Any]:
+        """Fields forwarded upstream as the client sent them."""
+        return {k: v for k, v in (self.model_extra or {}).items() if k not in SERVER_FIELDS}
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    if not raw.strip():
+        raise InvalidRequest("The request body is empty; send a JSON object.", code="empty_body")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"The request body is not valid JSON: {exc}", code="invalid_json"
+        ) from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    return data
+
+
+def validation_failure(exc: ValidationError) -> ApiError:
+    first = exc.errors()[0]
+    location = [str(part) for part in first.get("loc", ())]
+    param = location[0] if location else None
+    for part in location[1:]:
+        param = f"{param}[{part}]" if part.isdigit() else f"{param}.{part}"
+    if first.get("type") == "missing":
+        return InvalidRequest(f"Missing required parameter: '{param}'.", param=param,
+                              code="missing_required_parameter")
+    message = first.get("msg", "invalid value")
+    return InvalidRequest(f"Invalid value for '{param}': {message}", param=param,
+                          code="invalid_value")
+
+
+def parse_create_request(raw: bytes) -> tuple[CreateResponseRequest, dict[str, Any]]:
+    data = parse_json_object(raw)
+    try:
+        request = CreateResponseRequest.model_validate(data)
+    except ValidationError as exc:
+        raise validation_failure(exc) from exc
+    if request.conversation is not None and request.previous_response_id is not None:
+        raise InvalidRequest(
+            "'conversation' and 'previous_response_id' cannot be used together.",
+            param="previous_response_id",
+            code="mutually_exclusive_parameters",
+        )
+    if request.background and not request.store:
+        raise InvalidRequest(
+            "'background' requires 'store' to be true.", param="background", code="invalid_value"
+        )
+    return request, data

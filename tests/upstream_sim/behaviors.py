@@ -1,0 +1,154 @@
+"""What the simulated model does with the next generation request.
+
+Tests push behaviors onto a FIFO queue (``SimServer.push``); each generation request
+(``/v1/responses`` or ``/v1/chat/completions``) that passes validation takes the next
+one, or the default echo reply when the queue is empty. Every behavior has ``delay``
+(seconds before anything is sent: queueing plus prefill) and the streaming ones have
+``event_delay`` (seconds between two stream events: decode speed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+
+def _json_text(value: str | Mapping[str, Any]) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One function call the model emits. ``arguments`` may be a dict (JSON-encoded)."""
+
+    name: str
+    arguments: str = "{}"
+    call_id: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "arguments", _json_text(self.arguments))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A text answer, optionally preceded by reasoning."""
+
+    text: str = ""
+    reasoning: str | None = None
+    delay: float = 0.0
+    event_delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ToolCalls:
+    """One or several (parallel) function calls, optionally after reasoning and text."""
+
+    calls: tuple[Call, ...]
+    text: str | None = None
+    reasoning: str | None = None
+    delay: float = 0.0
+    event_delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        calls: Sequence[Call] = self.calls
+        object.__setattr__(self, "calls", tuple(calls))
+        if not self.calls:
+            raise ValueError("ToolCalls needs at least one Call")
+
+
+Content: TypeAlias = Reply | ToolCalls
+
+
+@dataclass(frozen=True)
+class Fail:
+    """An HTTP error before any generation. ``body=None`` gives vLLM's error body."""
+
+    status: int = 500
+    body: bytes | str | Mapping[str, Any] | None = None
+    message: str = "Internal server error"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Disconnect:
+    """Close the TCP connection: after ``after_events`` stream events (never the
+    terminal one), or, for a non-streaming request, without sending any response."""
+
+    after_events: int = 0
+    reply: Content | None = None
+    delay: float = 0.0
+    event_delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Stop answering (after ``after_events`` stream events) until the client goes
+    away; the request is then recorded as aborted."""
+
+    after_events: int = 0
+    reply: Content | None = None
+    delay: float = 0.0
+    event_delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class StreamError:
+    """Streaming: send ``after_events`` events, then an error event, then end the stream
+    cleanly (as vLLM does on an engine error). Non-streaming: a 500 error body."""
+
+    after_events: int = 2
+    message: str = "Internal server error"
+    code: str = "internal_error"
+    reply: Content | None = None
+    delay: float = 0.0
+    event_delay: float = 0.0
+
+
+Behavior: TypeAlias = Reply | ToolCalls | Fail | Disconnect | Hang | StreamError
+
+
+def content_of(behavior: Behavior) -> Content | None:
+    """The reply a behavior generates (None: derive the default reply)."""
+    if isinstance(behavior, Reply | ToolCalls):
+        return behavior
+    if isinstance(behavior, Disconnect | Hang | StreamError):
+        return behavior.reply
+    return None
+
+
+def event_delay_of(behavior: Behavior) -> float:
+    return 0.0 if isinstance(behavior, Fail) else behavior.event_delay
+
+
+# --- JSON form, for the standalone server's control endpoint ------------------------
+
+
+def _content_from_json(data: Mapping[str, Any] | None) -> Content | None:
+    if data is None:
+        return None
+    made = behavior_from_json(data)
+    if not isinstance(made, Reply | ToolCalls):
+        raise ValueError("'reply' must be a reply or tool_calls behavior")
+    return made
+
+
+def behavior_from_json(data: Mapping[str, Any]) -> Behavior:
+    """Build a behavior from ``{"kind": "reply" | "tool_calls" | "fail" | "disconnect"
+    | "hang" | "stream_error", ...fields}``; nested ``reply`` and ``calls`` likewise."""
+    fields_ = {k: v for k, v in data.items() if k != "kind"}
+    kind = data.get("kind")
+    if kind == "reply":
+        return Reply(**fields_)
+    if kind == "tool_calls":
+        calls = tuple(Call(**c) for c in fields_.pop("calls", []))
+        return ToolCalls(calls=calls, **fields_)
+    if kind == "fail":
+        return Fail(**fields_)
+    if kind in ("disconnect", "hang", "stream_error"):
+        reply = _content_from_json(fields_.pop("reply", None))
+        cls = {"disconnect": Disconnect, "hang": Hang, "stream_error": StreamError}[kind]
+        return cls(reply=reply, **fields_)
+    raise ValueError(f"unknown behavior kind: {kind!r}")
