@@ -11,7 +11,7 @@ from agentic_api import __version__
 from agentic_api.http.auth import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.middleware import BodyMiddleware, RequestContextMiddleware
-from agentic_api.http.routes import health, models
+from agentic_api.http.routes import health, models, responses
 from agentic_api.log import configure_logging, get_logger
 from agentic_api.services import Services
 from agentic_api.settings import Settings
@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    for module in (health, models):
+    for module in (health, models, responses):
         app.include_router(module.router)
     # Outermost last: the request id wraps everything, including 413s from the body check.
     app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)

@@ -16,8 +16,11 @@ from agentic_api.storage.tenants import TenantRepository
 
 T = TypeVar("T")
 
-app = typer.Typer(help="agentic-api: a stateful OpenAI Responses API server for vLLM.",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="agentic-api: a stateful OpenAI Responses API server for vLLM.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 tenant_app = typer.Typer(help="Manage tenants.", no_args_is_help=True)
 key_app = typer.Typer(help="Manage tenant API keys.", no_args_is_help=True)
 admin_key_app = typer.Typer(help="Manage admin keys.", no_args_is_help=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -14,7 +15,7 @@ _SECRET_KEYS = frozenset(
 )
 
 
-def _redact(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+def _redact(_logger: Any, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key in list(event):
         if key.lower() in _SECRET_KEYS:
             event[key] = "[redacted]"

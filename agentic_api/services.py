@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
 
 from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
@@ -16,7 +19,28 @@ class Services:
     upstream: UpstreamClient
     # Root of every tenant's cache salt; never logged, never sent anywhere.
     secret: bytes
+    # Turns running on their own (streams whose client may leave); drained on shutdown.
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        task = asyncio.create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self._forget)
+        return task
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled():
+            # Failures were already reported to the client and logged by the turn.
+            task.exception()
+
+    async def drain(self, grace_seconds: float) -> None:
+        if self.tasks:
+            _done, pending = await asyncio.wait(set(self.tasks), timeout=grace_seconds)
+            for task in pending:
+                task.cancel()
 
     async def close(self) -> None:
+        await self.drain(grace_seconds=self.settings.shutdown_grace_seconds)
         await self.upstream.aclose()
         await self.db.close()

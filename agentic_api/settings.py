@@ -77,6 +77,14 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         16 * 1024 * 1024, gt=0, description="Largest accepted request body (after decompression)."
     )
+    stream_disconnect: Literal["complete", "cancel"] = Field(
+        "complete",
+        description="When a streaming client disconnects: finish the turn and store it "
+        "(complete), or abort the upstream request and store nothing (cancel).",
+    )
+    shutdown_grace_seconds: float = Field(
+        30.0, ge=0, description="How long shutdown waits for running turns to finish."
+    )
     log_format: Literal["json", "console"] = Field(
         "json", description="Log rendering: one JSON object per line, or human-readable."
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -28,7 +29,7 @@ def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JS
     return JSONResponse(error.body(), status_code=error.status_code, headers=headers)
 
 
-def _param_from_location(location: tuple[Any, ...] | list[Any]) -> str | None:
+def _param_from_location(location: Sequence[Any]) -> str | None:
     parts = [str(p) for p in location if p not in ("body", "query", "path", "header")]
     if not parts:
         return None

@@ -37,12 +37,10 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
-        """A read-only session; whatever it holds is rolled back on exit."""
+        """A session for reads; closing it releases (and rolls back) its connection while
+        the objects it loaded stay usable."""
         async with self._reader() as session:
-            try:
-                yield session
-            finally:
-                await session.rollback()
+            yield session
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:

@@ -37,7 +37,8 @@ class Item:
     data: bytes
 
     def as_dict(self) -> dict[str, Any]:
-        value: dict[str, Any] = orjson.loads(self.data)
+        value = orjson.loads(self.data)
+        assert isinstance(value, dict)
         return value
 
 
@@ -60,7 +61,8 @@ def normalize_input(value: str | list[Any], *, assign_ids: bool) -> list[dict[st
         items = [_check_item(raw, index) for index, raw in enumerate(value)]
     if assign_ids:
         items = [
-            item if isinstance(item.get("id"), str) and item["id"]
+            item
+            if isinstance(item.get("id"), str) and item["id"]
             else {**item, "id": mint_id(id_kind_for(item["type"]))}
             for item in items
         ]
@@ -83,40 +85,54 @@ def _check_item(raw: Any, index: int) -> dict[str, Any]:
                 code="missing_required_parameter",
             )
     if not isinstance(item_type, str) or not item_type or len(item_type) > MAX_ITEM_TYPE_LENGTH:
-        raise InvalidRequest(f"'{param}.type' must be a non-empty string.",
-                             param=f"{param}.type", code="invalid_type")
+        raise InvalidRequest(
+            f"'{param}.type' must be a non-empty string.",
+            param=f"{param}.type",
+            code="invalid_type",
+        )
     if "id" in raw and raw["id"] is not None and not isinstance(raw["id"], str):
-        raise InvalidRequest(f"'{param}.id' must be a string.", param=f"{param}.id",
-                             code="invalid_type")
+        raise InvalidRequest(
+            f"'{param}.id' must be a string.", param=f"{param}.id", code="invalid_type"
+        )
     if item_type == "message":
         _check_message(raw, param)
-    elif item_type in ("function_call_output", "function_call"):
-        if not isinstance(raw.get("call_id"), str) or not raw["call_id"]:
-            raise InvalidRequest(f"'{param}.call_id' is required for {item_type}.",
-                                 param=f"{param}.call_id", code="missing_required_parameter")
+    elif item_type in ("function_call_output", "function_call") and (
+        not isinstance(raw.get("call_id"), str) or not raw["call_id"]
+    ):
+        raise InvalidRequest(
+            f"'{param}.call_id' is required for {item_type}.",
+            param=f"{param}.call_id",
+            code="missing_required_parameter",
+        )
     if raw.get("id") is None and "id" in raw:
         raw = {k: v for k, v in raw.items() if k != "id"}
-    return raw
+    checked: dict[str, Any] = raw
+    return checked
 
 
 def _check_message(raw: dict[str, Any], param: str) -> None:
     role = raw.get("role")
     if role not in _ROLES:
         raise InvalidRequest(
-            f"'{param}.role' must be one of {sorted(_ROLES)}.", param=f"{param}.role",
+            f"'{param}.role' must be one of {sorted(_ROLES)}.",
+            param=f"{param}.role",
             code="invalid_value",
         )
     content = raw.get("content")
     if isinstance(content, str):
         return
     if not isinstance(content, list):
-        raise InvalidRequest(f"'{param}.content' must be a string or a list of parts.",
-                             param=f"{param}.content", code="invalid_type")
+        raise InvalidRequest(
+            f"'{param}.content' must be a string or a list of parts.",
+            param=f"{param}.content",
+            code="invalid_type",
+        )
     for part_index, part in enumerate(content):
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise InvalidRequest(
                 f"'{param}.content[{part_index}]' must be an object with a 'type'.",
-                param=f"{param}.content[{part_index}]", code="invalid_type",
+                param=f"{param}.content[{part_index}]",
+                code="invalid_type",
             )
 
 

@@ -131,11 +131,15 @@ def validation_failure(exc: ValidationError) -> ApiError:
     for part in location[1:]:
         param = f"{param}[{part}]" if part.isdigit() else f"{param}.{part}"
     if first.get("type") == "missing":
-        return InvalidRequest(f"Missing required parameter: '{param}'.", param=param,
-                              code="missing_required_parameter")
+        return InvalidRequest(
+            f"Missing required parameter: '{param}'.",
+            param=param,
+            code="missing_required_parameter",
+        )
     message = first.get("msg", "invalid value")
-    return InvalidRequest(f"Invalid value for '{param}': {message}", param=param,
-                          code="invalid_value")
+    return InvalidRequest(
+        f"Invalid value for '{param}': {message}", param=param, code="invalid_value"
+    )
 
 
 def parse_create_request(raw: bytes) -> tuple[CreateResponseRequest, dict[str, Any]]:

@@ -8,7 +8,8 @@
 * Tokenizer: byte-level BPE trained with ``tokenizers`` on a fixed, sorted slice of this
   Python's stdlib sources; special tokens ``<|endoftext|>`` (pad/bos),
   ``<|im_start|>``, ``<|im_end|>`` (eos); a ChatML ``chat_template`` that renders every role
-  (system/developer/user/assistant/tool), assistant ``tool_calls`` and a tool list.
+  (system/developer/user/assistant/tool), assistant reasoning and ``tool_calls``, and a
+  tool list.
 
 The output is deterministic for a given Python/transformers/tokenizers/torch install
 (``.agentic-digest`` in OUT_DIR lists file hashes so two builds can be compared).
@@ -28,6 +29,7 @@ import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -51,8 +53,10 @@ IM_END = "<|im_end|>"
 SPECIAL_TOKENS = [PAD, IM_START, IM_END]
 
 # ChatML. Content may be a string or a list of parts ({"type": "text", "text": ...}); any
-# role is rendered as-is; assistant tool calls are rendered as <tool_call> JSON lines; a
-# non-empty tool list becomes a leading system block.
+# role is rendered as-is; an assistant's `reasoning` (vLLM's name for replayed reasoning
+# items) or `reasoning_content` becomes <think>...</think> before its content; assistant tool
+# calls are rendered as <tool_call> JSON lines; a non-empty tool list becomes a leading
+# system block.
 CHAT_TEMPLATE = (
     "{%- macro render_content(content) -%}"
     "{%- if content is none -%}"
@@ -70,6 +74,11 @@ CHAT_TEMPLATE = (
     "{%- endif -%}"
     "{%- for message in messages -%}"
     "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- set thought = message['reasoning']"
+    " if message['reasoning'] is defined and message['reasoning']"
+    " else (message['reasoning_content'] if message['reasoning_content'] is defined"
+    " else none) -%}"
+    "{%- if thought -%}{{ '<think>\\n' + thought + '\\n</think>\\n' }}{%- endif -%}"
     "{{- render_content(message['content']) -}}"
     "{%- if message['tool_calls'] is defined and message['tool_calls'] -%}"
     "{%- for tc in message['tool_calls'] -%}"
@@ -106,8 +115,8 @@ def corpus(limit: int = CORPUS_BYTES) -> Iterator[str]:
             return
 
 
-def build_tokenizer(vocab_size: int):  # -> tokenizers.Tokenizer
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def build_tokenizer(vocab_size: int) -> Any:  # a tokenizers.Tokenizer
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # type: ignore[import-not-found]
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -133,8 +142,12 @@ def digest(out: Path) -> dict[str, str]:
 
 
 def build(out: Path, vocab_size: int) -> None:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    import torch  # type: ignore[import-not-found]
+    from transformers import (  # type: ignore[import-not-found]
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedTokenizerFast,
+    )
 
     raw = build_tokenizer(vocab_size)
     tokenizer = PreTrainedTokenizerFast(

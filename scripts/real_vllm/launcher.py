@@ -56,12 +56,12 @@ def _distribution(name: str) -> md.Distribution:
         return _orig_distribution(alias)
 
 
-md.version = _version
-md.distribution = _distribution
+md.version = _version  # type: ignore[assignment]
+md.distribution = _distribution  # type: ignore[assignment]
 
 
 def main() -> None:
-    from vllm.entrypoints.cli.main import main as vllm_main
+    from vllm.entrypoints.cli.main import main as vllm_main  # type: ignore[import-not-found]
 
     sys.argv[0] = "vllm"
     vllm_main()

@@ -19,16 +19,20 @@ def _json_text(value: str | Mapping[str, Any]) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Call:
     """One function call the model emits. ``arguments`` may be a dict (JSON-encoded)."""
 
     name: str
-    arguments: str = "{}"
-    call_id: str | None = None
+    arguments: str
+    call_id: str | None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "arguments", _json_text(self.arguments))
+    def __init__(
+        self, name: str, arguments: str | Mapping[str, Any] = "{}", call_id: str | None = None
+    ) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "arguments", _json_text(arguments))
+        object.__setattr__(self, "call_id", call_id)
 
 
 @dataclass(frozen=True)
@@ -41,21 +45,31 @@ class Reply:
     event_delay: float = 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolCalls:
     """One or several (parallel) function calls, optionally after reasoning and text."""
 
     calls: tuple[Call, ...]
-    text: str | None = None
-    reasoning: str | None = None
-    delay: float = 0.0
-    event_delay: float = 0.0
+    text: str | None
+    reasoning: str | None
+    delay: float
+    event_delay: float
 
-    def __post_init__(self) -> None:
-        calls: Sequence[Call] = self.calls
-        object.__setattr__(self, "calls", tuple(calls))
-        if not self.calls:
+    def __init__(
+        self,
+        calls: Sequence[Call],
+        text: str | None = None,
+        reasoning: str | None = None,
+        delay: float = 0.0,
+        event_delay: float = 0.0,
+    ) -> None:
+        if not calls:
             raise ValueError("ToolCalls needs at least one Call")
+        object.__setattr__(self, "calls", tuple(calls))
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "reasoning", reasoning)
+        object.__setattr__(self, "delay", delay)
+        object.__setattr__(self, "event_delay", event_delay)
 
 
 Content: TypeAlias = Reply | ToolCalls
@@ -149,6 +163,9 @@ def behavior_from_json(data: Mapping[str, Any]) -> Behavior:
         return Fail(**fields_)
     if kind in ("disconnect", "hang", "stream_error"):
         reply = _content_from_json(fields_.pop("reply", None))
-        cls = {"disconnect": Disconnect, "hang": Hang, "stream_error": StreamError}[kind]
-        return cls(reply=reply, **fields_)
+        if kind == "disconnect":
+            return Disconnect(reply=reply, **fields_)
+        if kind == "hang":
+            return Hang(reply=reply, **fields_)
+        return StreamError(reply=reply, **fields_)
     raise ValueError(f"unknown behavior kind: {kind!r}")

@@ -9,9 +9,11 @@ do not.
 
 Template::
 
-    <|im_start|>system\\n{instructions}\\n\\n# Tools\\n\\n<tools>\\n{tool json per line}\\n</tools><|im_end|>\\n
-    <|im_start|>{role}\\n{content}<|im_end|>\\n          (one per turn)
-    <|im_start|>assistant\\n                            (generation prompt)
+    <|im_start|>system\\n{instructions}\\n\\n{tools block}<|im_end|>\\n   (if either)
+    <|im_start|>{role}\\n{content}<|im_end|>\\n                    (one per turn)
+    <|im_start|>assistant\\n                                      (generation prompt)
+
+where the tools block is ``# Tools\\n\\n<tools>\\n{one JSON per tool, by line}\\n</tools>``.
 
 An assistant turn is the newline-joined list of its parts, in order:
 reasoning ``<think>\\n{text}\\n</think>``, text ``{text}``, and function calls

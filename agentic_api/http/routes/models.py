@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 
@@ -10,19 +10,16 @@ from agentic_api.errors import NotFound
 from agentic_api.http.auth import TenantContext, require_tenant, services_of
 
 router = APIRouter(tags=["models"])
+Tenant = Annotated[TenantContext, Depends(require_tenant)]
 
 
 @router.get("/v1/models")
-async def list_models(
-    request: Request, _tenant: TenantContext = Depends(require_tenant)
-) -> dict[str, Any]:
+async def list_models(request: Request, _tenant: Tenant) -> dict[str, Any]:
     return await services_of(request).upstream.models()
 
 
 @router.get("/v1/models/{model_id:path}")
-async def get_model(
-    model_id: str, request: Request, _tenant: TenantContext = Depends(require_tenant)
-) -> dict[str, Any]:
+async def get_model(model_id: str, request: Request, _tenant: Tenant) -> dict[str, Any]:
     listing = await services_of(request).upstream.models()
     for model in listing.get("data", []):
         if isinstance(model, dict) and model.get("id") == model_id:

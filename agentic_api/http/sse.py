@@ -1,0 +1,48 @@
+"""SSE responses: framing our events for the client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import orjson
+from starlette.responses import StreamingResponse
+
+from agentic_api.turns.channel import TurnChannel
+from agentic_api.upstream.sse import frame_sse
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def event_bytes(event: dict[str, Any]) -> bytes:
+    return frame_sse(str(event.get("type", "message")), orjson.dumps(event))
+
+
+def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def from_channel(
+    channel: TurnChannel, task: asyncio.Task[Any], *, cancel_on_disconnect: bool
+) -> AsyncIterator[bytes]:
+    finished = False
+    try:
+        while (event := await channel.next_event()) is not None:
+            yield event_bytes(event)
+        finished = True
+    finally:
+        # Reaching here early means the client left; the turn goes on unless told not to.
+        if not finished and cancel_on_disconnect and not task.done():
+            task.cancel()
+
+
+async def from_list(events: Iterable[dict[str, Any]]) -> AsyncIterator[bytes]:
+    for event in events:
+        yield event_bytes(event)
+
+
+async def from_stored(events: Iterable[tuple[int, str]]) -> AsyncIterator[bytes]:
+    for _sequence, data in events:
+        event = orjson.loads(data)
+        yield frame_sse(str(event.get("type", "message")), data.encode())

@@ -1,0 +1,170 @@
+"""Queries over responses, their items and their stored event streams (tenant-scoped)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import and_, delete, func, insert, literal, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentic_api.storage.models import Response, ResponseEvent, ResponseItem
+from agentic_api.storage.types import utcnow
+
+
+@dataclass(frozen=True)
+class StoredItem:
+    response_id: str
+    position: int
+    item_id: str
+    role: str
+    type: str
+    data: str
+
+
+@dataclass(frozen=True)
+class NewItem:
+    item_id: str
+    role: str
+    type: str
+    data: str
+
+
+class ResponseRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def get(self, tenant_id: str, response_id: str) -> Response | None:
+        """A live (not deleted) response of this tenant."""
+        query = select(Response).where(
+            Response.id == response_id,
+            Response.tenant_id == tenant_id,
+            Response.deleted_at.is_(None),
+        )
+        return (await self.session.execute(query)).scalar_one_or_none()
+
+    async def chain_items(self, tenant_id: str, response_id: str) -> Sequence[StoredItem]:
+        """Every item of a response and its ancestors, oldest turn first, in one query.
+
+        The ancestor walk is a recursive CTE, so the number of round trips does not
+        grow with the depth of the chain. Deleted ancestors still contribute their
+        items: deleting a response hides it, it does not rewrite its descendants' past.
+        """
+        chain = (
+            select(Response.id, Response.previous_response_id, literal(0).label("hops"))
+            .where(Response.id == response_id, Response.tenant_id == tenant_id)
+            .cte("chain", recursive=True)
+        )
+        parent = select(
+            Response.id, Response.previous_response_id, (chain.c.hops + 1).label("hops")
+        ).join(
+            chain,
+            and_(Response.id == chain.c.previous_response_id, Response.tenant_id == tenant_id),
+        )
+        chain = chain.union_all(parent)
+        query = (
+            select(
+                ResponseItem.response_id,
+                ResponseItem.position,
+                ResponseItem.item_id,
+                ResponseItem.role,
+                ResponseItem.type,
+                ResponseItem.data,
+            )
+            .join(chain, chain.c.id == ResponseItem.response_id)
+            .where(ResponseItem.tenant_id == tenant_id)
+            .order_by(chain.c.hops.desc(), ResponseItem.position)
+        )
+        rows = (await self.session.execute(query)).all()
+        return [StoredItem(*row.tuple()) for row in rows]
+
+    async def insert(self, response: Response, items: Sequence[NewItem]) -> None:
+        self.session.add(response)
+        await self.session.flush()
+        if items:
+            await self.session.execute(
+                insert(ResponseItem),
+                [
+                    {
+                        "response_id": response.id,
+                        "position": position,
+                        "tenant_id": response.tenant_id,
+                        "item_id": item.item_id,
+                        "role": item.role,
+                        "type": item.type,
+                        "data": item.data,
+                    }
+                    for position, item in enumerate(items)
+                ],
+            )
+
+    async def add_events(self, response_id: str, events: Sequence[tuple[int, str]]) -> None:
+        if events:
+            await self.session.execute(
+                insert(ResponseEvent),
+                [{"response_id": response_id, "sequence_number": s, "data": d} for s, d in events],
+            )
+
+    async def events(self, response_id: str, after: int | None) -> Sequence[tuple[int, str]]:
+        query = (
+            select(ResponseEvent.sequence_number, ResponseEvent.data)
+            .where(ResponseEvent.response_id == response_id)
+            .order_by(ResponseEvent.sequence_number)
+        )
+        if after is not None:
+            query = query.where(ResponseEvent.sequence_number > after)
+        return [(seq, data) for seq, data in (await self.session.execute(query)).all()]
+
+    async def input_items(
+        self,
+        response_id: str,
+        *,
+        after_position: int | None,
+        limit: int,
+        descending: bool,
+    ) -> Sequence[StoredItem]:
+        query = select(
+            ResponseItem.response_id,
+            ResponseItem.position,
+            ResponseItem.item_id,
+            ResponseItem.role,
+            ResponseItem.type,
+            ResponseItem.data,
+        ).where(ResponseItem.response_id == response_id, ResponseItem.role == "input")
+        if after_position is not None:
+            query = query.where(
+                ResponseItem.position < after_position
+                if descending
+                else ResponseItem.position > after_position
+            )
+        order = ResponseItem.position.desc() if descending else ResponseItem.position
+        rows = (await self.session.execute(query.order_by(order).limit(limit))).all()
+        return [StoredItem(*row.tuple()) for row in rows]
+
+    async def item_position(self, response_id: str, item_id: str) -> int | None:
+        query = select(ResponseItem.position).where(
+            ResponseItem.response_id == response_id, ResponseItem.item_id == item_id
+        )
+        return (await self.session.execute(query)).scalar_one_or_none()
+
+    async def mark_deleted(self, tenant_id: str, response_id: str) -> bool:
+        result = await self.session.execute(
+            update(Response)
+            .where(
+                Response.id == response_id,
+                Response.tenant_id == tenant_id,
+                Response.deleted_at.is_(None),
+            )
+            .values(deleted_at=utcnow(), updated_at=utcnow())
+        )
+        if not result.rowcount:  # type: ignore[attr-defined]
+            return False
+        # The stored stream is only for replaying this response; it goes with it.
+        await self.session.execute(
+            delete(ResponseEvent).where(ResponseEvent.response_id == response_id)
+        )
+        return True
+
+    async def count_for_tenant(self, tenant_id: str) -> int:
+        query = select(func.count()).select_from(Response).where(Response.tenant_id == tenant_id)
+        return int((await self.session.execute(query)).scalar_one())

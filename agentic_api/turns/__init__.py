@@ -1,0 +1,1 @@
+"""The domain: one turn = resolve lineage -> rehydrate -> render -> run upstream -> commit."""

@@ -1,0 +1,89 @@
+"""The turn's single write: response row, items, stored stream, in one short transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from agentic_api.storage.database import Database
+from agentic_api.storage.models import Response
+from agentic_api.storage.responses import NewItem, ResponseRepository
+from agentic_api.turns.history import salt_identity
+from agentic_api.turns.prepare import CONTINUABLE, PreparedTurn
+from agentic_api.wire.items import Item
+from lineage import prefix_digest
+
+
+def build_row(
+    turn: PreparedTurn, final: dict[str, Any], output: Sequence[Item]
+) -> tuple[Response, list[NewItem]]:
+    status = final["status"]
+    continuable = status in CONTINUABLE
+    visible = [*turn.prompt_items, *output] if continuable else []
+    usage = final.get("usage") or {}
+    now = datetime.now(UTC)
+    completed = final.get("completed_at")
+    row = Response(
+        id=turn.response_id,
+        tenant_id=turn.caller.tenant_id,
+        conversation_id=turn.conversation_id,
+        previous_response_id=turn.request.previous_response_id,
+        session_id=turn.lineage.session_id,
+        depth=turn.lineage.depth,
+        status=status,
+        model=turn.request.model,
+        created_at=datetime.fromtimestamp(turn.created_at, UTC),
+        completed_at=datetime.fromtimestamp(completed, UTC) if completed else None,
+        updated_at=now,
+        store=True,
+        background=turn.request.background,
+        body=final,
+        request=turn.request.model_dump(mode="json", exclude_none=True),
+        error=final.get("error"),
+        input_tokens=usage.get("input_tokens"),
+        cached_tokens=(usage.get("input_tokens_details") or {}).get("cached_tokens"),
+        output_tokens=usage.get("output_tokens"),
+        fingerprint=turn.fingerprint.to_dict(),
+        fingerprint_digest=turn.fingerprint.digest,
+        fingerprint_changes=[
+            {"component": c.component, "description": c.description}
+            for c in turn.fingerprint_changes
+        ],
+        salt_epoch=turn.caller.salt_epoch,
+        prefix_digest=(
+            prefix_digest(
+                turn.request.model,
+                salt_identity(turn.caller.tenant_id, turn.caller.salt_epoch),
+                (item.data for item in visible),
+            )
+            if continuable
+            else None
+        ),
+        history_item_count=len(visible),
+        input_item_count=len(turn.new_input),
+        output_item_count=len(output) if continuable else 0,
+    )
+    items = [NewItem(i.id, "input", i.type, i.data.decode()) for i in turn.new_input]
+    if continuable:
+        items += [NewItem(i.id, "output", i.type, i.data.decode()) for i in output]
+    return row, items
+
+
+async def commit_turn(
+    db: Database,
+    turn: PreparedTurn,
+    final: dict[str, Any],
+    output: Sequence[Item],
+    events: Sequence[dict[str, Any]] | None,
+) -> None:
+    row, items = build_row(turn, final, output)
+    async with db.write() as session:
+        repo = ResponseRepository(session)
+        await repo.insert(row, items)
+        if events:
+            await repo.add_events(
+                row.id, [(e["sequence_number"], orjson.dumps(e).decode()) for e in events]
+            )

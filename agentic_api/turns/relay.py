@@ -1,0 +1,99 @@
+"""Translates the upstream's event stream into ours: our response id, our item ids
+(stable between the stream and the stored object), our sequence numbers."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from agentic_api.wire.items import id_kind_for
+from lineage import IdKind, mint_id
+
+_SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class StreamRelay:
+    def __init__(self, base: dict[str, Any]) -> None:
+        self.base = base
+        self.response_id: str = base["id"]
+        self._next_sequence = 0
+        self._ids_by_index: dict[int, str] = {}
+        self._index_by_upstream_id: dict[str, int] = {}
+        self.upstream_final: dict[str, Any] | None = None
+        self.upstream_error: dict[str, Any] | None = None
+        self.upstream_response_id: str | None = None
+        self.first_token_seen = False
+        self.opened = False
+
+    def stamp(self, event: dict[str, Any]) -> dict[str, Any]:
+        event["sequence_number"] = self._next_sequence
+        self._next_sequence += 1
+        return event
+
+    def opening_events(self) -> list[dict[str, Any]]:
+        self.opened = True
+        snapshot = {**self.base, "status": "in_progress"}
+        return [
+            self.stamp({"type": "response.created", "response": snapshot}),
+            self.stamp({"type": "response.in_progress", "response": snapshot}),
+        ]
+
+    def translate(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """Our version of an upstream event, or None when it is ours to emit (snapshots,
+        terminal events) rather than to relay."""
+        kind = event.get("type")
+        if not isinstance(kind, str):
+            return None
+        if kind in _SNAPSHOT_EVENTS:
+            response = event.get("response")
+            if isinstance(response, dict) and isinstance(response.get("id"), str):
+                self.upstream_response_id = response["id"]
+            return None
+        if kind in TERMINAL_EVENTS:
+            response = event.get("response")
+            self.upstream_final = response if isinstance(response, dict) else {}
+            return None
+        if kind == "error":
+            self.upstream_error = event
+            return None
+        ours = copy.copy(event)
+        ours.pop("sequence_number", None)
+        if "response_id" in ours:
+            ours["response_id"] = self.response_id
+        index = event.get("output_index")
+        item = event.get("item")
+        if isinstance(index, int):
+            item_type = item.get("type") if isinstance(item, dict) else None
+            our_id = self._id_for(index, item_type, event.get("item_id"))
+            if isinstance(item, dict):
+                if isinstance(item.get("id"), str):
+                    self._index_by_upstream_id[item["id"]] = index
+                ours["item"] = {**item, "id": our_id}
+            if "item_id" in ours:
+                ours["item_id"] = our_id
+        elif isinstance(event.get("item_id"), str):
+            known = self._index_by_upstream_id.get(event["item_id"])
+            if known is not None:
+                ours["item_id"] = self._ids_by_index[known]
+        if kind.endswith(".delta"):
+            self.first_token_seen = True
+        return self.stamp(ours)
+
+    def _id_for(self, index: int, item_type: Any, upstream_id: Any) -> str:
+        if index not in self._ids_by_index:
+            kind = id_kind_for(item_type) if isinstance(item_type, str) else IdKind.ITEM
+            self._ids_by_index[index] = mint_id(kind)
+        if isinstance(upstream_id, str):
+            self._index_by_upstream_id.setdefault(upstream_id, index)
+        return self._ids_by_index[index]
+
+    def final_output(self) -> list[dict[str, Any]]:
+        """The upstream's final output items with our ids, matched by position."""
+        output = (self.upstream_final or {}).get("output") or []
+        result: list[dict[str, Any]] = []
+        for index, item in enumerate(output):
+            if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+                continue
+            result.append({**item, "id": self._id_for(index, item["type"], item.get("id"))})
+        return result

@@ -1,0 +1,66 @@
+"""The upstream request: one stateless /v1/responses call carrying the whole history.
+
+The body is assembled from the items' stored bytes rather than re-serialized, so turn
+N+1's ``input`` starts with exactly the bytes of turn N's ``input`` and output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agentic_api.wire.items import Item
+from agentic_api.wire.requests import CreateResponseRequest
+from lineage import ResponseLineage, canonical_json
+
+# Request fields we read and forward with the client's value when it gave one.
+_FORWARDED = (
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "max_output_tokens",
+    "max_tool_calls",
+    "temperature",
+    "top_p",
+    "top_logprobs",
+    "text",
+    "reasoning",
+    "truncation",
+    "include",
+    "prompt_cache_key",
+    "user",
+    "safety_identifier",
+    "service_tier",
+)
+
+
+def upstream_fields(request: CreateResponseRequest, *, cache_salt: str) -> dict[str, Any]:
+    fields: dict[str, Any] = {"model": request.model}
+    for name in _FORWARDED:
+        value = getattr(request, name)
+        if value is not None:
+            fields[name] = value
+    fields.update(request.passthrough())
+    # Ours to decide, whatever the client sent: the upstream keeps nothing, streams to
+    # us, and caches under the tenant's salt only.
+    fields["store"] = False
+    fields["stream"] = True
+    fields["cache_salt"] = cache_salt
+    fields.pop("input", None)
+    return fields
+
+
+def render_body(fields: dict[str, Any], items: Sequence[Item]) -> bytes:
+    head = canonical_json(fields)
+    parts = [head[:-1], b',"input":[']
+    for index, item in enumerate(items):
+        if index:
+            parts.append(b",")
+        parts.append(item.data)
+    parts.append(b"]}")
+    return b"".join(parts)
+
+
+def upstream_headers(lineage: ResponseLineage) -> dict[str, str]:
+    return lineage.headers()

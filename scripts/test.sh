@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: lint, types, then pytest on SQLite and PostgreSQL.
+# Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth) — set AGENTIC_TEST_PG
+# to another admin DSN if yours differs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[dev]'
+
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy agentic_api lineage migrations
+.venv/bin/python -m pytest "$@"

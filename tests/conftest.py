@@ -1,0 +1,108 @@
+"""Shared fixtures: the simulator upstream, databases (SQLite and PostgreSQL, built by
+the real migrations) and our server on a real loopback port."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+
+from agentic_api.app import create_app
+from agentic_api.settings import Settings
+from agentic_api.storage.migrate import upgrade
+from tests.support.databases import create_pg_database, drop_pg_database, sqlite_url
+from tests.support.servers import ThreadedServer
+from tests.support.tenants import TenantKeys, create_tenant
+from tests.upstream_sim import SimServer
+
+BACKENDS = ("sqlite", "postgres")
+TEST_SECRET = "test-server-secret-0123456789abcdef"
+
+
+@pytest.fixture(scope="session")
+def sim() -> Iterator[SimServer]:
+    with SimServer() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _fresh_sim_script(request: pytest.FixtureRequest) -> None:
+    # Only tests that use the simulator pay for it; they start with an empty script.
+    if "sim" in request.fixturenames:
+        request.getfixturevalue("sim").reset()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def make_database(backend: str, folder: Path) -> tuple[str, str | None]:
+    if backend == "sqlite":
+        url = sqlite_url(folder)
+        upgrade(url)
+        return url, None
+    name, url = create_pg_database()
+    upgrade(url)
+    return url, name
+
+
+@pytest.fixture(scope="session")
+def db_url(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url, pg_name = make_database(backend, tmp_path_factory.mktemp(f"db-{backend}"))
+    yield url
+    if pg_name:
+        drop_pg_database(pg_name)
+
+
+def test_settings(db_url: str, upstream_url: str, data_dir: Path, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "database_url": db_url,
+        "upstream_base_url": upstream_url,
+        "data_dir": data_dir,
+        "server_secret": TEST_SECRET,
+        "log_format": "console",
+        "log_level": "warning",
+        "auto_migrate": False,
+        "shutdown_grace_seconds": 2.0,
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@dataclass
+class RunningServer:
+    url: str
+    db_url: str
+    settings: Settings
+    backend: str
+
+    def client(self, tenant: TenantKeys, **kwargs: object) -> OpenAI:
+        return OpenAI(
+            base_url=f"{self.url}/v1", api_key=tenant.api_key, max_retries=0, **kwargs
+        )  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def server(
+    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    settings = test_settings(db_url, sim.url, tmp_path_factory.mktemp("data"))
+    running = ThreadedServer(create_app(settings)).start()
+    try:
+        yield RunningServer(running.url, db_url, settings, backend)
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def tenant(server: RunningServer) -> TenantKeys:
+    return create_tenant(server.db_url)
+
+
+@pytest.fixture
+def client(server: RunningServer, tenant: TenantKeys) -> OpenAI:
+    return server.client(tenant, timeout=20)

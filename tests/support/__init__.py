@@ -1,0 +1,1 @@
+"""Test harness: real servers on loopback, real databases."""

@@ -1,0 +1,461 @@
+"""The simulator's ASGI app and ``SimServer``, which runs it on a loopback port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import httpx
+import orjson
+import uvicorn
+from fastapi import FastAPI, Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import chat_api, responses_api, tokenizer
+from .behaviors import Behavior, behavior_from_json
+from .common import check_model, parse_json_object
+from .errors import SimHTTPError, schema_error
+from .exchange import Client, Runtime
+from .render import render_chat
+from .state import RecordedRequest, SimConfig, SimState
+
+CONTROL_PREFIX = "/_sim/"
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+
+
+def _error(exc: SimHTTPError) -> Response:
+    return _json(exc.body(), exc.status)
+
+
+class RecordingMiddleware:
+    """Records every request (except the control API) before the app sees it.
+
+    Pure ASGI so that nothing is buffered on the way out and the app still receives
+    ``http.disconnect`` after the body has been read here.
+    """
+
+    def __init__(self, app: ASGIApp, state: SimState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        replica = self.state.config.replica
+        send_out = send
+        if replica is not None:
+
+            async def send_with_replica(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    headers = [
+                        *message.get("headers", []),
+                        (b"x-upstream-replica", replica.encode()),
+                    ]
+                    message = {**message, "headers": headers}
+                await send(message)
+
+            send_out = send_with_replica
+
+        if scope["path"].startswith(CONTROL_PREFIX):
+            await self.app(scope, receive, send_out)
+            return
+
+        chunks: list[bytes] = []
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            parsed: Any = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            parsed = None
+        scope["sim.record"] = self.state.record(
+            method=scope["method"],
+            path=scope["path"],
+            query=scope.get("query_string", b"").decode("latin-1"),
+            headers=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
+            body=body,
+            parsed=parsed,
+            client=scope.get("client"),
+        )
+        replayed = False
+
+        async def replay(self_receive: Receive = receive) -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await self_receive()
+
+        await self.app(scope, replay, send_out)
+
+
+def _record_of(request: Request) -> RecordedRequest:
+    rec = request.scope["sim.record"]
+    assert isinstance(rec, RecordedRequest)
+    return rec
+
+
+def create_app(runtime: Runtime) -> ASGIApp:
+    state = runtime.state
+    app = FastAPI(title="vLLM upstream simulator", docs_url=None, redoc_url=None, openapi_url=None)
+
+    async def generation(
+        request: Request,
+        prepare: Callable[..., Response],
+    ) -> Response:
+        rec = _record_of(request)
+        try:
+            body = parse_json_object(await request.body(), request.headers.get("content-type"))
+            return prepare(body, rec, runtime, state.next_behavior)
+        except SimHTTPError as exc:
+            state.finish(rec, "rejected", status=exc.status)
+            return _error(exc)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await generation(request, responses_api.prepare)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await generation(request, chat_api.prepare)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @app.get("/version")
+    async def version() -> Response:
+        return _json({"version": "0.32.0"})
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        config = state.config
+        created = int(time.time())
+        card = {
+            "id": config.model,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": config.model,
+            "parent": None,
+            "max_model_len": config.max_model_len,
+            "permission": [
+                {
+                    "id": "modelperm-" + config.model,
+                    "object": "model_permission",
+                    "created": created,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
+        return _json({"object": "list", "data": [card]})
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        rec = _record_of(request)
+        try:
+            body = parse_json_object(await request.body(), request.headers.get("content-type"))
+            check_model(body, state.config)
+            if isinstance(body.get("messages"), list):
+                tools = body.get("tools")
+                text = render_chat(
+                    body["messages"],
+                    tools if isinstance(tools, list) else None,
+                    add_generation_prompt=body.get("add_generation_prompt", True) is not False,
+                ).text
+            elif isinstance(body.get("prompt"), str):
+                text = body["prompt"]
+            else:
+                raise schema_error("Either 'prompt' (a string) or 'messages' is required")
+        except SimHTTPError as exc:
+            state.finish(rec, "rejected", status=exc.status)
+            return _error(exc)
+        pieces = tokenizer.split(text)
+        state.finish(rec, "completed", status=200)
+        return _json(
+            {
+                "count": len(pieces),
+                "max_model_len": state.config.max_model_len,
+                "tokens": tokenizer.ids(pieces),
+                "token_strs": pieces if body.get("return_token_strs") is True else None,
+            }
+        )
+
+    _add_control_routes(app, state)
+    return RecordingMiddleware(app, state)
+
+
+def _summary(rec: RecordedRequest) -> dict[str, Any]:
+    return {
+        "index": rec.index,
+        "method": rec.method,
+        "path": rec.path,
+        "headers": dict(rec.headers),
+        "json": rec.json,
+        "time": rec.time,
+        "outcome": rec.outcome,
+        "status": rec.status,
+        "aborted": rec.aborted,
+        "stream": rec.stream,
+        "prompt_tokens": rec.prompt_tokens,
+        "cached_tokens": rec.cached_tokens,
+        "output_tokens": rec.output_tokens,
+        "response_id": rec.response_id,
+    }
+
+
+def _add_control_routes(app: FastAPI, state: SimState) -> None:
+    """A small HTTP control API so a test can script a simulator in another process."""
+
+    @app.post(CONTROL_PREFIX + "push")
+    async def push(request: Request) -> Response:
+        data = orjson.loads(await request.body())
+        specs = data if isinstance(data, list) else [data]
+        try:
+            behaviors = [behavior_from_json(spec) for spec in specs]
+        except (TypeError, ValueError) as exc:
+            return _json({"error": str(exc)}, 400)
+        state.push(*behaviors)
+        return _json({"pending": state.pending()})
+
+    @app.post(CONTROL_PREFIX + "reset")
+    async def reset() -> Response:
+        state.reset()
+        return _json({"ok": True})
+
+    @app.get(CONTROL_PREFIX + "requests")
+    async def requests() -> Response:
+        return _json([_summary(r) for r in state.requests()])
+
+    @app.get(CONTROL_PREFIX + "stats")
+    async def stats() -> Response:
+        with state.lock:
+            return _json(
+                {
+                    "calls": dict(state.calls),
+                    "aborted": len(state.aborted),
+                    "pending": len(state.queue),
+                    "cache_blocks": state.cache.block_count(),
+                }
+            )
+
+
+def connection_closer(server: uvicorn.Server) -> Callable[[Client], bool]:
+    """Close the TCP connection of ``client`` through uvicorn's own connection set.
+
+    ASGI gives an app no handle on its socket; uvicorn's protocol objects hold the
+    transport and the peer address that appears in ``scope["client"]``.
+    """
+
+    def close(client: Client) -> bool:
+        if client is None:
+            return False
+        for connection in list(server.server_state.connections):
+            if getattr(connection, "client", None) != client:
+                continue
+            transport = getattr(connection, "transport", None)
+            if isinstance(transport, asyncio.BaseTransport):
+                transport.close()
+                return True
+        return False
+
+    return close
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket (port 0: the OS picks one).
+
+    The protocol must be given explicitly: asyncio only sets TCP_NODELAY on sockets
+    whose ``proto`` is IPPROTO_TCP, and without it every response written in two
+    pieces (headers, then body) stalls ~40 ms on Nagle plus delayed ACK.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def uvicorn_config(app: ASGIApp, log_level: str = "warning") -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        lifespan="off",
+        access_log=False,
+        # Hanging requests are released on stop; this only bounds a stuck shutdown.
+        timeout_graceful_shutdown=2,
+        # The default 5 s keep-alive is fine; what matters is that clients reuse
+        # connections so Disconnect only ever closes the one it means.
+    )
+
+
+class SimServer:
+    """A simulator on ``127.0.0.1:<ephemeral port>``, served from a background thread.
+
+    Use as a context manager (or ``start()``/``stop()``). Configuration comes from a
+    ``SimConfig`` and/or keyword overrides (``SimServer(model="m", block_size=32)``).
+    """
+
+    def __init__(
+        self,
+        config: SimConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        **overrides: Any,
+    ) -> None:
+        base = config or SimConfig()
+        self.config = dataclasses.replace(base, **overrides) if overrides else base
+        self.host = host
+        self.port = port
+        self.log_level = log_level
+        self.state = SimState(self.config)
+        self.runtime = Runtime(self.state)
+        self.app = create_app(self.runtime)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> SimServer:
+        if self._thread is not None:
+            raise RuntimeError("SimServer already started")
+        sock = bind_socket(self.host, self.port)
+        self.port = sock.getsockname()[1]
+        server = uvicorn.Server(uvicorn_config(self.app, self.log_level))
+        self._server = server
+        self.runtime.close_connection = connection_closer(server)
+        self.runtime.stopping = asyncio.Event()
+        loop_ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            loop_ready.set()
+            try:
+                loop.run_until_complete(server.serve(sockets=[sock]))
+            finally:
+                loop.close()
+                sock.close()
+
+        self._thread = threading.Thread(target=run, name=f"upstream-sim:{self.port}", daemon=True)
+        self._thread.start()
+        loop_ready.wait(timeout)
+        self._wait_healthy(timeout)
+        # The readiness probe is not something a test sent.
+        self.state.clear_recordings()
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last_error: Exception | None = None
+        with httpx.Client(timeout=1.0) as client:
+            while time.monotonic() < deadline:
+                thread = self._thread
+                if thread is None or not thread.is_alive():
+                    raise RuntimeError("upstream simulator thread exited during startup")
+                try:
+                    if client.get(self.url + "/health").status_code == 200:
+                        return
+                except httpx.HTTPError as exc:
+                    last_error = exc
+                time.sleep(0.01)
+        self.stop()
+        raise RuntimeError(f"upstream simulator did not become healthy: {last_error!r}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        server, thread, loop = self._server, self._thread, self._loop
+        if server is None or thread is None:
+            return
+        if loop is not None and not loop.is_closed():
+            # Hanging requests wait on this event; asyncio objects are loop-bound, so
+            # set it from the loop's own thread.
+            with contextlib.suppress(RuntimeError):  # the loop closed in between
+                loop.call_soon_threadsafe(self.runtime.stopping.set)
+        server.should_exit = True
+        thread.join(timeout)
+        self._server = self._thread = self._loop = None
+
+    def __enter__(self) -> SimServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- test API -----------------------------------------------------------------
+
+    def push(self, *behaviors: Behavior) -> None:
+        self.state.push(*behaviors)
+
+    def requests(self, path: str | None = None) -> list[RecordedRequest]:
+        return self.state.requests(path)
+
+    def last(self, path: str | None = None) -> RecordedRequest:
+        found = self.state.requests(path)
+        if not found:
+            raise LookupError(f"no request recorded for {path or 'any path'}")
+        return found[-1]
+
+    def calls(self, path: str) -> int:
+        with self.state.lock:
+            return self.state.calls[path]
+
+    @property
+    def aborted(self) -> list[RecordedRequest]:
+        with self.state.lock:
+            return list(self.state.aborted)
+
+    def reset(self) -> None:
+        self.state.reset()
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+        return self.state.wait_for(predicate, timeout)
+
+    def wait_done(self, count: int = 1, path: str | None = None, timeout: float = 5.0) -> bool:
+        """Wait until ``count`` requests (on ``path``) have a final outcome."""
+
+        def enough() -> bool:
+            return (
+                sum(1 for r in self.state.recordings if r.done and path in (None, r.path)) >= count
+            )
+
+        return self.state.wait_for(enough, timeout)
+
+    def wait_aborted(self, count: int = 1, timeout: float = 5.0) -> bool:
+        return self.state.wait_for(lambda: len(self.state.aborted) >= count, timeout)
