@@ -24,7 +24,7 @@ TEST_SECRET = "test-server-secret-0123456789abcdef"
 
 @pytest.fixture(scope="session")
 def sim() -> Iterator[SimServer]:
-    with SimServer() as server:
+    with SimServer(incomplete_event="response.completed") as server:
         yield server
 
 
@@ -81,9 +81,7 @@ class RunningServer:
     backend: str
 
     def client(self, tenant: TenantKeys, **kwargs: object) -> OpenAI:
-        return OpenAI(
-            base_url=f"{self.url}/v1", api_key=tenant.api_key, max_retries=0, **kwargs
-        )  # type: ignore[arg-type]
+        return OpenAI(base_url=f"{self.url}/v1", api_key=tenant.api_key, max_retries=0, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="session")

@@ -76,7 +76,7 @@ class ResponseRepository:
             .order_by(chain.c.hops.desc(), ResponseItem.position)
         )
         rows = (await self.session.execute(query)).all()
-        return [StoredItem(*row.tuple()) for row in rows]
+        return [StoredItem(*row) for row in rows]
 
     async def insert(self, response: Response, items: Sequence[NewItem]) -> None:
         self.session.add(response)
@@ -139,7 +139,7 @@ class ResponseRepository:
             )
         order = ResponseItem.position.desc() if descending else ResponseItem.position
         rows = (await self.session.execute(query.order_by(order).limit(limit))).all()
-        return [StoredItem(*row.tuple()) for row in rows]
+        return [StoredItem(*row) for row in rows]
 
     async def item_position(self, response_id: str, item_id: str) -> int | None:
         query = select(ResponseItem.position).where(

@@ -20,7 +20,11 @@ class ThreadedServer:
     def __init__(self, app: Any, port: int | None = None) -> None:
         self.port = port or free_port()
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
             timeout_graceful_shutdown=5,
         )
         self.server = uvicorn.Server(config)

@@ -122,7 +122,9 @@ def _finish_reason(gen: Generation) -> str:
 
 
 class _Shaper:
-    def __init__(self, body: Json, config: SimConfig, completion_id: str, prompt: list[int]):
+    def __init__(
+        self, body: Json, config: SimConfig, completion_id: str, prompt: list[int]
+    ) -> None:
         self.body = body
         self.config = config
         self.completion_id = completion_id
