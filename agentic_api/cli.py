@@ -226,3 +226,7 @@ def main() -> None:
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

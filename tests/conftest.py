@@ -58,7 +58,9 @@ def db_url(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
         drop_pg_database(pg_name)
 
 
-def test_settings(db_url: str, upstream_url: str, data_dir: Path, **overrides: object) -> Settings:
+def server_settings(
+    db_url: str, upstream_url: str, data_dir: Path, **overrides: object
+) -> Settings:
     values: dict[str, object] = {
         "database_url": db_url,
         "upstream_base_url": upstream_url,
@@ -88,7 +90,7 @@ class RunningServer:
 def server(
     backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
-    settings = test_settings(db_url, sim.url, tmp_path_factory.mktemp("data"))
+    settings = server_settings(db_url, sim.url, tmp_path_factory.mktemp("data"))
     running = ThreadedServer(create_app(settings)).start()
     try:
         yield RunningServer(running.url, db_url, settings, backend)

@@ -28,7 +28,7 @@ class UpstreamStream:
             async for event in parse_sse(self._response.aiter_lines()):
                 yield event
         except httpx.HTTPError as exc:
-            raise from_transport(exc, self._base_url) from exc
+            raise from_transport(exc, self._base_url, streaming=True) from exc
 
 
 class UpstreamClient:

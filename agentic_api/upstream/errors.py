@@ -10,7 +10,15 @@ import orjson
 from agentic_api.errors import ApiError, UpstreamError
 
 
-def from_transport(exc: httpx.HTTPError, base_url: str) -> UpstreamError:
+def from_transport(
+    exc: httpx.HTTPError, base_url: str, *, streaming: bool = False
+) -> UpstreamError:
+    if streaming and not isinstance(exc, httpx.TimeoutException):
+        return UpstreamError(
+            "The model server's stream ended before the response was complete "
+            f"(connection lost: {type(exc).__name__}).",
+            code="upstream_stream_interrupted",
+        )
     if isinstance(exc, httpx.TimeoutException):
         return UpstreamError(
             f"The model server at {base_url} did not answer in time ({type(exc).__name__}).",

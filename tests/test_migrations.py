@@ -1,0 +1,50 @@
+"""One alembic tree for both databases: a single head, and upgrade/downgrade both run."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect
+
+from agentic_api.storage import migrate
+from agentic_api.storage.engine import create_engine
+from agentic_api.storage.models import Base
+from tests.support.databases import create_pg_database, drop_pg_database, sqlite_url
+
+
+def test_single_head() -> None:
+    assert len(migrate.heads()) == 1
+
+
+def table_names(url: str) -> set[str]:
+    async def run() -> set[str]:
+        engine = create_engine(url, pool_size=1)
+        try:
+            async with engine.connect() as connection:
+                return set(await connection.run_sync(lambda c: inspect(c).get_table_names()))
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_upgrade_downgrade_upgrade(kind: str, tmp_path: Path) -> None:
+    pg_name = None
+    if kind == "sqlite":
+        url = sqlite_url(tmp_path)
+    else:
+        pg_name, url = create_pg_database()
+    try:
+        migrate.upgrade(url)
+        expected = set(Base.metadata.tables)
+        assert expected <= table_names(url)
+        migrate.downgrade(url, "base")
+        assert table_names(url) <= {"alembic_version"}
+        migrate.upgrade(url)
+        assert expected <= table_names(url)
+    finally:
+        if pg_name:
+            drop_pg_database(pg_name)

@@ -1,0 +1,55 @@
+"""Settings: the generated secret, production rules and the single-tenant guard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentic_api.settings import ConfigError, Settings
+
+
+def test_secret_is_generated_once_and_persisted(tmp_path: Path) -> None:
+    first = Settings(data_dir=tmp_path).load_server_secret()
+    again = Settings(data_dir=tmp_path).load_server_secret()
+    assert first == again and len(first) == 64
+    assert (tmp_path / "server_secret").stat().st_mode & 0o777 == 0o600
+
+
+def test_production_requires_a_secret(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, production=True)
+    with pytest.raises(ConfigError):
+        settings.check()
+    with pytest.raises(ConfigError):
+        settings.load_server_secret()
+    assert not (tmp_path / "server_secret").exists()
+
+
+def test_short_configured_secret_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        Settings(data_dir=tmp_path, server_secret="short").load_server_secret()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "example.org"])
+def test_single_tenant_mode_refused_off_loopback(host: str) -> None:
+    with pytest.raises(ConfigError):
+        Settings(host=host, single_tenant=True).check()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1"])
+def test_single_tenant_mode_allowed_on_loopback(host: str) -> None:
+    Settings(host=host, single_tenant=True).check()
+
+
+def test_database_urls(tmp_path: Path) -> None:
+    assert Settings(data_dir=tmp_path).resolved_database_url == (
+        f"sqlite+aiosqlite:///{tmp_path / 'agentic.db'}"
+    )
+    pg = Settings(database_url="postgresql://u@h/db").resolved_database_url
+    assert pg == "postgresql+asyncpg://u@h/db"
+    assert Settings(database_url="postgresql://u@h/db").should_auto_migrate is False
+    assert Settings(data_dir=tmp_path).should_auto_migrate is True
+
+
+def test_upstream_url_suffix_is_normalized() -> None:
+    assert Settings(upstream_base_url="http://x:8000/v1/").upstream_base_url == "http://x:8000"
