@@ -11,7 +11,16 @@ from agentic_api import __version__
 from agentic_api.http.auth import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.middleware import BodyMiddleware, RequestContextMiddleware
-from agentic_api.http.routes import health, models, responses
+from agentic_api.http.routes import (
+    admin,
+    conversations,
+    health,
+    input_tokens,
+    metrics,
+    models,
+    responses,
+    websocket,
+)
 from agentic_api.log import configure_logging, get_logger
 from agentic_api.services import Services
 from agentic_api.settings import Settings
@@ -81,8 +90,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    for module in (health, models, responses):
+    # input_tokens before responses: /v1/responses/{response_id} would capture its path.
+    for module in (health, models, input_tokens, responses, websocket, conversations, admin):
         app.include_router(module.router)
+    if settings.metrics_enabled:
+        app.include_router(metrics.router)
     # Outermost last: the request id wraps everything, including 413s from the body check.
     app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware)

@@ -9,6 +9,7 @@ from typing import Annotated, TypeVar
 
 import typer
 
+from agentic_api.bench.cli import bench_app
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade
@@ -27,6 +28,7 @@ admin_key_app = typer.Typer(help="Manage admin keys.", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(admin_key_app, name="admin-key")
+app.add_typer(bench_app, name="bench")
 
 
 def _fail(message: str, code: int = 1) -> None:

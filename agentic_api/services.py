@@ -7,6 +7,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_api.metrics import BACKGROUND_TASKS
 from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
 from agentic_api.upstream.client import UpstreamClient
@@ -25,11 +26,13 @@ class Services:
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
         self.tasks.add(task)
+        BACKGROUND_TASKS.inc()
         task.add_done_callback(self._forget)
         return task
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
+        BACKGROUND_TASKS.dec()
         if not task.cancelled():
             # Failures were already reported to the client and logged by the turn.
             task.exception()

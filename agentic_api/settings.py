@@ -82,8 +82,19 @@ class Settings(BaseSettings):
         description="When a streaming client disconnects: finish the turn and store it "
         "(complete), or abort the upstream request and store nothing (cancel).",
     )
+    ws_max_connection_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description="Longest a Responses WebSocket stays open; then it is closed with "
+        "websocket_connection_limit_reached and the client reconnects.",
+    )
     shutdown_grace_seconds: float = Field(
         30.0, ge=0, description="How long shutdown waits for running turns to finish."
+    )
+    metrics_enabled: bool = Field(
+        True,
+        description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "
+        "internal, or turn this off).",
     )
     log_format: Literal["json", "console"] = Field(
         "json", description="Log rendering: one JSON object per line, or human-readable."

@@ -15,3 +15,9 @@ fi
 .venv/bin/ruff format --check .
 .venv/bin/mypy agentic_api lineage migrations
 .venv/bin/python -m pytest "$@"
+
+# The real-vLLM tier (CPU vLLM + tiny model; ~1-2 min once scripts/real_vllm/setup.sh has
+# its cache, a few more the first time). Reuses a running vLLM given by AGENTIC_REAL_VLLM_URL.
+if [[ "${AGENTIC_REAL_VLLM:-0}" == "1" || "${CI:-}" == "true" ]]; then
+  .venv/bin/python -m pytest -m real_vllm tests/real_vllm -rs
+fi

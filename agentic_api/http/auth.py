@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from agentic_api.errors import Unauthorized
 from agentic_api.services import Services
@@ -25,8 +26,8 @@ class TenantContext:
     cache_salt: str = field(repr=False)
 
 
-def services_of(request: Request) -> Services:
-    services: Services = request.app.state.services
+def services_of(connection: HTTPConnection) -> Services:
+    services: Services = connection.app.state.services
     return services
 
 

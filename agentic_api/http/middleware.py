@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge
 from agentic_api.log import get_logger
+from agentic_api.metrics import observe_request
 from lineage import mint_id
 from lineage.ids import IdKind
 
@@ -59,13 +60,24 @@ class RequestContextMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            seconds = time.perf_counter() - started
+            method = scope.get("method", "WS")
+            # Exceptions that escape the app are answered 500 by the server.
+            status = status_holder.get("status", 101 if method == "WS" else 500)
             log.info(
                 "request",
-                method=scope.get("method", "WS"),
+                method=method,
                 path=scope.get("path"),
-                status=status_holder.get("status"),
-                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                status=status,
+                duration_ms=round(seconds * 1000, 2),
             )
+            observe_request(method, route_template(scope), status, seconds)
+
+
+def route_template(scope: Scope) -> str:
+    """The matched route's path template (bounded label values), or ``unmatched``."""
+    path = getattr(scope.get("route"), "path", None)
+    return path if isinstance(path, str) else "unmatched"
 
 
 class BodyMiddleware:
@@ -106,7 +118,8 @@ class BodyMiddleware:
         if encoding != "identity":
             kept = [(k, v) for k, v in scope["headers"] if k.lower() not in _ENCODING_HEADERS]
             kept.append((b"content-length", str(len(body)).encode()))
-            scope = {**scope, "headers": kept}
+            # In place, so outer middleware sees what routing adds (the matched route).
+            scope["headers"] = kept
         await self.app(scope, replay, send)
 
     async def _read_body(self, receive: Receive) -> bytes:

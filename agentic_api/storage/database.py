@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agentic_api.errors import ApiError
+from agentic_api.metrics import DB_STATEMENTS, DB_TRANSACTION_DURATION
 from agentic_api.storage.engine import create_engine
 
 
@@ -22,6 +25,7 @@ class DatabaseBusy(ApiError):
 class Database:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        event.listen(engine.sync_engine, "before_cursor_execute", _count_statement)
         self.dialect = engine.dialect.name
         self._reader = async_sessionmaker(engine, expire_on_commit=False)
         writer_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
@@ -39,12 +43,25 @@ class Database:
     async def read(self) -> AsyncIterator[AsyncSession]:
         """A session for reads; closing it releases (and rolls back) its connection while
         the objects it loaded stay usable."""
-        async with self._reader() as session:
-            yield session
+        started = time.perf_counter()
+        try:
+            async with self._reader() as session:
+                yield session
+        finally:
+            DB_TRANSACTION_DURATION.labels("read").observe(time.perf_counter() - started)
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A write transaction committed on clean exit, rolled back on any error."""
+        started = time.perf_counter()
+        try:
+            async with self._transaction() as session:
+                yield session
+        finally:
+            DB_TRANSACTION_DURATION.labels("write").observe(time.perf_counter() - started)
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncSession]:
         async with self._writer() as session:
             try:
                 yield session
@@ -69,3 +86,7 @@ class Database:
 def _is_lock_timeout(exc: DBAPIError) -> bool:
     message = str(exc.orig).lower()
     return "database is locked" in message or "lock timeout" in message
+
+
+def _count_statement(*_args: Any) -> None:
+    DB_STATEMENTS.inc()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import and_, delete, func, insert, literal, select, update
+from sqlalchemy import CTE, and_, delete, func, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem
@@ -50,18 +50,7 @@ class ResponseRepository:
         grow with the depth of the chain. Deleted ancestors still contribute their
         items: deleting a response hides it, it does not rewrite its descendants' past.
         """
-        chain = (
-            select(Response.id, Response.previous_response_id, literal(0).label("hops"))
-            .where(Response.id == response_id, Response.tenant_id == tenant_id)
-            .cte("chain", recursive=True)
-        )
-        parent = select(
-            Response.id, Response.previous_response_id, (chain.c.hops + 1).label("hops")
-        ).join(
-            chain,
-            and_(Response.id == chain.c.previous_response_id, Response.tenant_id == tenant_id),
-        )
-        chain = chain.union_all(parent)
+        chain = _ancestors(tenant_id, response_id)
         query = (
             select(
                 ResponseItem.response_id,
@@ -77,6 +66,19 @@ class ResponseRepository:
         )
         rows = (await self.session.execute(query)).all()
         return [StoredItem(*row) for row in rows]
+
+    async def chain_root(self, tenant_id: str, response_id: str) -> Response | None:
+        """The oldest ancestor of a response (itself when it has no parent), deleted
+        or not: where its ``previous_response_id`` chain begins."""
+        chain = _ancestors(tenant_id, response_id)
+        query = (
+            select(Response)
+            .join(chain, chain.c.id == Response.id)
+            .where(Response.tenant_id == tenant_id)
+            .order_by(chain.c.hops.desc())
+            .limit(1)
+        )
+        return (await self.session.execute(query)).scalar_one_or_none()
 
     async def insert(self, response: Response, items: Sequence[NewItem]) -> None:
         self.session.add(response)
@@ -168,3 +170,20 @@ class ResponseRepository:
     async def count_for_tenant(self, tenant_id: str) -> int:
         query = select(func.count()).select_from(Response).where(Response.tenant_id == tenant_id)
         return int((await self.session.execute(query)).scalar_one())
+
+
+def _ancestors(tenant_id: str, response_id: str) -> CTE:
+    """A response and its ancestors with their distance from it (``hops``), as one
+    recursive CTE, so walking a chain costs one query whatever its depth."""
+    chain = (
+        select(Response.id, Response.previous_response_id, literal(0).label("hops"))
+        .where(Response.id == response_id, Response.tenant_id == tenant_id)
+        .cte("chain", recursive=True)
+    )
+    parent = select(
+        Response.id, Response.previous_response_id, (chain.c.hops + 1).label("hops")
+    ).join(
+        chain,
+        and_(Response.id == chain.c.previous_response_id, Response.tenant_id == tenant_id),
+    )
+    return chain.union_all(parent)

@@ -1,4 +1,5 @@
-"""The turn's single write: response row, items, stored stream, in one short transaction."""
+"""The turn's single write: response row, items, stored stream and (in a conversation)
+the conversation's new items and head, in one short transaction."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any
 
 import orjson
 
+from agentic_api.metrics import COMMIT_DURATION, timed
+from agentic_api.storage.conversations import NewConversationItem
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import NewItem, ResponseRepository
+from agentic_api.turns.conversation import append_turn
 from agentic_api.turns.history import salt_identity
 from agentic_api.turns.prepare import CONTINUABLE, PreparedTurn
 from agentic_api.wire.items import Item
@@ -65,6 +69,11 @@ def build_row(
         history_item_count=len(visible),
         input_item_count=len(turn.new_input),
         output_item_count=len(output) if continuable else 0,
+        # Only a turn that joins its conversation's items gets a place in it; a failed
+        # one is kept (for inspection) but attached to nothing the model will see.
+        conversation_position=(
+            turn.conversation.next_position if turn.conversation and continuable else None
+        ),
     )
     items = [NewItem(i.id, "input", i.type, i.data.decode()) for i in turn.new_input]
     if continuable:
@@ -72,6 +81,7 @@ def build_row(
     return row, items
 
 
+@timed(COMMIT_DURATION)
 async def commit_turn(
     db: Database,
     turn: PreparedTurn,
@@ -81,6 +91,15 @@ async def commit_turn(
 ) -> None:
     row, items = build_row(turn, final, output)
     async with db.write() as session:
+        if turn.conversation is not None and row.conversation_position is not None:
+            # First, so a turn that lost the race raises before writing anything.
+            await append_turn(
+                session,
+                turn.caller.tenant_id,
+                turn.conversation,
+                row.id,
+                [NewConversationItem(i.item_id, i.type, i.data) for i in items],
+            )
         repo = ResponseRepository(session)
         await repo.insert(row, items)
         if events:

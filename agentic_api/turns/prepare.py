@@ -11,12 +11,15 @@ from agentic_api.errors import InvalidRequest
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository
+from agentic_api.turns.conversation import ConversationState, load_conversation
 from agentic_api.turns.errors import (
     previous_response_not_continuable,
     previous_response_not_found,
 )
 from agentic_api.turns.history import load_history
+from agentic_api.turns.local import LocalCheckpoints
 from agentic_api.turns.render import render_body, upstream_fields, upstream_headers
+from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import base_response
@@ -49,6 +52,7 @@ class PreparedTurn:
     response_id: str
     created_at: int
     lineage: ResponseLineage
+    # The turn this one continues: the previous response, or in a conversation its head.
     parent: Response | None
     history: list[Item]
     new_input: list[Item]
@@ -57,21 +61,52 @@ class PreparedTurn:
     base: dict[str, Any]
     body: bytes
     headers: dict[str, str]
-    conversation_id: str | None = None
+    conversation: ConversationState | None = None
 
     @property
     def prompt_items(self) -> list[Item]:
         return [*self.history, *self.new_input]
 
+    @property
+    def conversation_id(self) -> str | None:
+        return None if self.conversation is None else self.conversation.id
+
 
 async def prepare_turn(
-    db: Database, caller: Caller, request: CreateResponseRequest
+    db: Database,
+    caller: Caller,
+    request: CreateResponseRequest,
+    *,
+    local: LocalCheckpoints | None = None,
 ) -> PreparedTurn:
+    """``local``: a WebSocket connection's own checkpoints, consulted before storage."""
     response_id = mint_id(IdKind.RESPONSE)
     new_input = [to_item(v) for v in normalize_input(request.input, assign_ids=request.store)]
     parent: Response | None = None
     history: list[Item] = []
-    if request.previous_response_id is not None:
+    conversation: ConversationState | None = None
+    parent_link: ParentLineage | None = None
+    parent_fingerprint: ExecutionFingerprint | None = None
+    if request.conversation_id is not None:
+        context = await load_conversation(db, caller.tenant_id, request.conversation_id)
+        conversation, history, parent = context.state, context.history, context.head
+        if request.store:
+            taken = {item.id for item in history}
+            check_unique_ids(new_input, param="input", taken=taken)
+    elif request.previous_response_id is not None and (
+        checkpoint := local.get(request.previous_response_id) if local else None
+    ):
+        if request.store and not checkpoint.stored:
+            raise InvalidRequest(
+                f"Response '{checkpoint.response_id}' was not stored, so a stored response "
+                "cannot continue it; send store: false or resend the history.",
+                param="store",
+                code="previous_response_not_stored",
+            )
+        history = list(checkpoint.items)
+        parent_link = ParentLineage(checkpoint.response_id, checkpoint.session_id, checkpoint.depth)
+        parent_fingerprint = checkpoint.fingerprint
+    elif request.previous_response_id is not None:
         async with db.read() as session:
             repo = ResponseRepository(session)
             parent = await repo.get(caller.tenant_id, request.previous_response_id)
@@ -80,12 +115,16 @@ async def prepare_turn(
             if parent.status not in CONTINUABLE:
                 raise previous_response_not_continuable(parent.id, parent.status)
             history = await load_history(repo, parent)
+    if parent is not None:
+        parent_link = ParentLineage(parent.id, parent.session_id, parent.depth)
+        parent_fingerprint = ExecutionFingerprint.from_dict(parent.fingerprint)
     check_tool_outputs(history, new_input)
 
     lineage = resolve_lineage(
         tenant_id=caller.tenant_id,
         response_id=response_id,
-        parent=(ParentLineage(parent.id, parent.session_id, parent.depth) if parent else None),
+        conversation_id=request.conversation_id,
+        parent=parent_link,
         prompt_cache_key=request.prompt_cache_key,
         first_items=[item.data for item in (history or new_input)],
     )
@@ -100,7 +139,7 @@ async def prepare_turn(
         truncation=request.truncation,
         salt_epoch=caller.salt_epoch,
     )
-    changes = fingerprint.diff(ExecutionFingerprint.from_dict(parent.fingerprint)) if parent else []
+    changes = fingerprint.diff(parent_fingerprint) if parent_fingerprint else []
     created_at = int(time.time())
     fields = upstream_fields(request, cache_salt=caller.cache_salt)
     prompt = [*history, *new_input]
@@ -116,10 +155,14 @@ async def prepare_turn(
         fingerprint=fingerprint,
         fingerprint_changes=changes,
         base=base_response(
-            request, response_id=response_id, created_at=created_at, conversation_id=None
+            request,
+            response_id=response_id,
+            created_at=created_at,
+            conversation_id=request.conversation_id,
         ),
         body=render_body(fields, prompt),
         headers=upstream_headers(lineage),
+        conversation=conversation,
     )
 
 

@@ -10,6 +10,7 @@ import orjson
 
 from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.log import get_logger
+from agentic_api.metrics import TurnMeter
 from agentic_api.services import Services
 from agentic_api.turns.channel import TurnChannel
 from agentic_api.turns.commit import commit_turn
@@ -42,7 +43,15 @@ async def run_turn(
     record = turn.request.stream and turn.request.store
     events: list[dict[str, Any]] = []
 
+    meter = TurnMeter(
+        model=turn.request.model,
+        tenant=turn.caller.tenant_id,
+        history_items=len(turn.history),
+        streaming=channel is not None,
+    )
+
     def emit(event: dict[str, Any]) -> None:
+        meter.event(event)
         if record:
             events.append(event)
         if channel is not None:
@@ -56,6 +65,7 @@ async def run_turn(
                 for event in relay.opening_events():
                     emit(event)
                 failure = await _relay(stream.events(), relay, emit)
+            meter.upstream_done()
         except ApiError as exc:
             if not relay.opened:
                 if channel is not None:
@@ -66,8 +76,12 @@ async def run_turn(
             failure = _upstream_outcome_error(relay)
         if failure is not None:
             return await _fail(services, turn, relay, emit, events, failure)
-        return await _complete(services, turn, relay, emit, events)
+        return meter.finished(await _complete(services, turn, relay, emit, events))
+    except TurnFailed as failed:
+        meter.finished(failed.response)
+        raise
     finally:
+        meter.close()
         if channel is not None:
             channel.close()
 
@@ -141,6 +155,12 @@ async def _complete(
                 [to_item(item) for item in output],
                 [*events, terminal] if turn.request.stream else None,
             )
+        except ApiError as refused:
+            # A typed refusal (a conversation that moved on, a busy database) reaches the
+            # client as it is; the transaction rolled back, so nothing was stored.
+            log.warning("commit refused", response_id=turn.response_id, code=refused.code)
+            emit(relay.stamp(_error_event(refused)))
+            raise
         except Exception as exc:
             log.exception("commit failed", response_id=turn.response_id)
             error = ApiError(
@@ -187,3 +207,21 @@ async def _fail(
 
 def _error_event(error: ApiError) -> dict[str, Any]:
     return {"type": "error", "code": error.code, "message": error.message, "param": error.param}
+
+
+async def run_without_model(services: Services, turn: PreparedTurn) -> list[dict[str, Any]]:
+    """``generate: false``: record the turn's input as a checkpoint to chain from, without
+    calling the model. Returns the events to send (created, then completed)."""
+    relay = StreamRelay(turn.base)
+    created = relay.stamp({"type": "response.created", "response": dict(turn.base)})
+    final = finish_response(
+        turn.base,
+        status="completed",
+        output=[],
+        usage=normalize_usage(None),
+        completed_at=int(time.time()),
+    )
+    completed = relay.stamp({"type": "response.completed", "response": final})
+    if turn.request.store:
+        await commit_turn(services.db, turn, final, [], [created, completed])
+    return [created, completed]

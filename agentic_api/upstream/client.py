@@ -79,6 +79,18 @@ class UpstreamClient:
             raise from_status(response.status_code, response.content)
         return _json_object(response)
 
+    async def create_response(self, body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
+        """POST a prepared /v1/responses body with ``stream: false``; the response object."""
+        response = await self._request(
+            "POST",
+            "/v1/responses",
+            content=body,
+            headers={**headers, "content-type": "application/json"},
+        )
+        if response.status_code != 200:
+            raise from_status(response.status_code, response.content)
+        return _json_object(response)
+
     @asynccontextmanager
     async def stream_response(
         self, body: bytes, headers: Mapping[str, str]

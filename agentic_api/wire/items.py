@@ -46,19 +46,22 @@ def id_kind_for(item_type: str) -> IdKind:
     return _KIND_BY_TYPE.get(item_type, IdKind.ITEM)
 
 
-def normalize_input(value: str | list[Any], *, assign_ids: bool) -> list[dict[str, Any]]:
+def normalize_input(
+    value: str | list[Any], *, assign_ids: bool, param: str = "input"
+) -> list[dict[str, Any]]:
     """The request's ``input`` as a list of item objects.
 
     A string is one user message. Items without ``type`` but with ``role`` and ``content``
     are messages (OpenAI's "easy" input form). With ``assign_ids`` every item lacking an
-    ``id`` gets one, so stored history can be addressed item by item.
+    ``id`` gets one, so stored history can be addressed item by item. ``param`` names the
+    field the items came in (``items`` for the Conversations API) in error messages.
     """
     if isinstance(value, str):
         items: list[dict[str, Any]] = [
             {"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}
         ]
     else:
-        items = [_check_item(raw, index) for index, raw in enumerate(value)]
+        items = [_check_item(raw, f"{param}[{index}]") for index, raw in enumerate(value)]
     if assign_ids:
         items = [
             item
@@ -69,8 +72,7 @@ def normalize_input(value: str | list[Any], *, assign_ids: bool) -> list[dict[st
     return items
 
 
-def _check_item(raw: Any, index: int) -> dict[str, Any]:
-    param = f"input[{index}]"
+def _check_item(raw: Any, param: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise InvalidRequest(f"'{param}' must be an object.", param=param, code="invalid_type")
     item_type = raw.get("type")
@@ -136,9 +138,9 @@ def _check_message(raw: dict[str, Any], param: str) -> None:
             )
 
 
-def to_item(value: dict[str, Any]) -> Item:
+def to_item(value: dict[str, Any], *, param: str = "input") -> Item:
     try:
         data = canonical_json(value)
     except (TypeError, ValueError) as exc:
-        raise InvalidRequest(f"An input item cannot be encoded: {exc}", param="input") from exc
+        raise InvalidRequest(f"An input item cannot be encoded: {exc}", param=param) from exc
     return Item(id=str(value.get("id") or ""), type=str(value["type"]), data=data)

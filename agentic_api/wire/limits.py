@@ -11,3 +11,5 @@ MAX_PROMPT_CACHE_KEY_LENGTH = 1024
 MAX_ITEM_TYPE_LENGTH = 64
 MAX_INCLUDE_ENTRIES = 32
 MAX_LIST_LIMIT = 100
+# OpenAI accepts at most this many items per Conversations API call (create or append).
+MAX_CONVERSATION_ITEMS_PER_CALL = 20

@@ -81,6 +81,21 @@ class CreateResponseRequest(BaseModel):
             raise ValueError(f"at most {MAX_INPUT_ITEMS} input items are allowed")
         return value
 
+    @field_validator("conversation", mode="before")
+    @classmethod
+    def _conversation(cls, value: Any) -> Any:
+        # Checked up front so either form fails with one plain message, not a union's.
+        conversation_id = value.get("id") if isinstance(value, dict) else value
+        if value is not None and (
+            not isinstance(conversation_id, str)
+            or not 0 < len(conversation_id) <= MAX_ID_LENGTH
+            or (isinstance(value, dict) and set(value) != {"id"})
+        ):
+            raise ValueError(
+                f'give a conversation id (1 to {MAX_ID_LENGTH} characters) or {{"id": id}}'
+            )
+        return value
+
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -55,12 +55,6 @@ async def create_response(request: Request, tenant: Tenant) -> Response:
             param="background",
             code="unsupported_parameter",
         )
-    if create.conversation is not None:
-        raise InvalidRequest(
-            "Conversations are not available on this server yet.",
-            param="conversation",
-            code="unsupported_parameter",
-        )
     turn = await prepare_turn(services.db, caller_of(tenant), create)
     if create.stream:
         channel = TurnChannel()

@@ -1,0 +1,1 @@
+"""``agentic-api bench``: measure prefix-cache reuse and server overhead of a deployment."""

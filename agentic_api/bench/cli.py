@@ -1,0 +1,203 @@
+"""``agentic-api bench ...``: the typer sub-app."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agentic_api.bench.client import REPLICA_HEADERS, BenchError, Target
+from agentic_api.bench.continuations import ContinuationConfig, run_continuations, summarize
+from agentic_api.bench.continuations import write_outputs as write_continuations
+from agentic_api.bench.overhead import OverheadConfig, run_overhead
+from agentic_api.bench.overhead import write_outputs as write_overhead
+
+bench_app = typer.Typer(
+    help="Measure a deployment: prefix-cache reuse of continuations, per-turn overhead.",
+    no_args_is_help=True,
+)
+
+
+def _pairs(values: list[str], what: str) -> dict[str, str]:
+    parsed: dict[str, str] = {}
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name or not rest:
+            raise typer.BadParameter(f"{what} must look like NAME=VALUE, got {value!r}")
+        parsed[name] = rest
+    return parsed
+
+
+def _machine() -> dict[str, Any]:
+    import os
+
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _run(work: Any) -> Any:
+    try:
+        return asyncio.run(work)
+    except BenchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+
+@bench_app.command()
+def continuations(
+    url: Annotated[str, typer.Option(help="Responses server (or upstream with --direct).")],
+    direct: Annotated[
+        bool, typer.Option("--direct", help="URL is a raw upstream: carry history, no store.")
+    ] = False,
+    api_key: Annotated[
+        list[str] | None, typer.Option(help="API key; repeat for several tenants (cycled).")
+    ] = None,
+    salt: Annotated[
+        list[str] | None, typer.Option(help="cache_salt for --direct; repeat to cycle.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")] = None,
+    pairs: Annotated[int, typer.Option(min=1)] = 10,
+    prompt_words: Annotated[int, typer.Option(min=1, help="Size of the cold prompt.")] = 600,
+    followup_words: Annotated[int, typer.Option(min=1)] = 40,
+    max_output_tokens: Annotated[int, typer.Option(min=1)] = 16,
+    temperature: float = 0.0,
+    block_size: Annotated[int, typer.Option(min=1, help="The upstream's KV block size.")] = 32,
+    concurrency: Annotated[int, typer.Option(min=1, help="Pairs in flight at once.")] = 1,
+    replica_header: Annotated[
+        list[str] | None, typer.Option(help="Response header naming the serving replica.")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
+    name: Annotated[str, typer.Option(help="Base name of the output files.")] = "continuations",
+) -> None:
+    """Cold turn + continuation pairs: hit ratio vs the block-aligned ideal, latency."""
+    target = Target(
+        "target",
+        url,
+        stateful=not direct,
+        # The first key answers /v1/models; each pair sends its own tenant's key.
+        api_key=api_key[0] if api_key else None,
+        replica_headers=tuple(h.lower() for h in replica_header or REPLICA_HEADERS),
+    )
+
+    async def work() -> tuple[list[dict[str, Any]], ContinuationConfig]:
+        try:
+            config = ContinuationConfig(
+                model=model or await target.first_model(),
+                pairs=pairs,
+                prompt_words=prompt_words,
+                followup_words=followup_words,
+                max_output_tokens=max_output_tokens,
+                temperature=temperature,
+                block_size=block_size,
+                salts=tuple(salt or ()),
+                api_keys=tuple(api_key) if api_key else (None,),
+            )
+            return await run_continuations(target, config, concurrency=concurrency), config
+        finally:
+            await target.aclose()
+
+    rows, config = _run(work())
+    result = {
+        "command": "continuations",
+        "url": url,
+        "direct": direct,
+        "model": config.model,
+        "tenants": len(config.api_keys),
+        "prompt_words": prompt_words,
+        "followup_words": followup_words,
+        "max_output_tokens": max_output_tokens,
+        "temperature": temperature,
+        "concurrency": concurrency,
+        "machine": _machine(),
+        "summary": summarize(rows, config),
+    }
+    for path in write_continuations(out, name, rows, result):
+        typer.echo(f"wrote {path}")
+    typer.echo(json.dumps(result["summary"], indent=2, default=str))
+
+
+@bench_app.command()
+def overhead(
+    target: Annotated[
+        list[str],
+        typer.Option(help="NAME=URL of a Responses server (stateful); repeat to compare."),
+    ],
+    direct: Annotated[
+        str | None, typer.Option(help="The upstream itself: the 'direct' baseline.")
+    ] = None,
+    api_key: Annotated[
+        list[str] | None, typer.Option(help="NAME=KEY for a target that needs one.")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")] = None,
+    depths: Annotated[str, typer.Option(help="Comma-separated depths.")] = "10,40,200",
+    probes: Annotated[int, typer.Option(min=1, help="Measured turns per depth.")] = 30,
+    concurrency: Annotated[int, typer.Option(min=1)] = 4,
+    turn_words: Annotated[int, typer.Option(min=1, help="Size of each user message.")] = 12,
+    max_output_tokens: Annotated[int, typer.Option(min=1)] = 8,
+    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
+    name: Annotated[str, typer.Option(help="Base name of the output files.")] = "overhead",
+) -> None:
+    """Per-turn latency direct vs through Responses servers, at several depths."""
+    urls = _pairs(target, "--target")
+    keys = _pairs(api_key or [], "--api-key")
+    unknown = set(keys) - set(urls)
+    if unknown:
+        raise typer.BadParameter(f"--api-key for unknown targets: {sorted(unknown)}")
+    targets = [Target(n, u, stateful=True, api_key=keys.get(n)) for n, u in urls.items()]
+    if direct:
+        targets.insert(0, Target("direct", direct, stateful=False))
+    baseline = "direct" if direct else targets[0].name
+    depth_list = [int(d) for d in depths.split(",") if d.strip()]
+    if not depth_list or min(depth_list) < 1:
+        raise typer.BadParameter("--depths needs positive integers")
+
+    async def work() -> tuple[list[dict[str, Any]], list[dict[str, Any]], OverheadConfig]:
+        try:
+            config = OverheadConfig(
+                model=model or await targets[0].first_model(),
+                depths=depth_list,
+                probes=probes,
+                concurrency=concurrency,
+                turn_words=turn_words,
+                max_output_tokens=max_output_tokens,
+            )
+            rows, chains = await run_overhead(targets, config, baseline)
+            return rows, chains, config
+        finally:
+            for t in targets:
+                await t.aclose()
+
+    rows, chains, config = _run(work())
+    meta = {
+        "command": "overhead",
+        "targets": {t.name: t.base_url for t in targets},
+        "baseline": baseline,
+        "model": config.model,
+        "depths": depth_list,
+        "probes": probes,
+        "concurrency": concurrency,
+        "turn_words": turn_words,
+        "max_output_tokens": max_output_tokens,
+        "machine": _machine(),
+    }
+    for path in write_overhead(out, name, rows, chains, meta, baseline):
+        typer.echo(f"wrote {path}")
+    for row in rows:
+        typer.echo(
+            f"{row['target']:>10} depth {row['depth']:>4}: p50 {row['p50_s'] * 1000:8.2f} ms  "
+            f"p95 {row['p95_s'] * 1000:8.2f} ms  p99 {row['p99_s'] * 1000:8.2f} ms  "
+            f"added p50 {_ms(row['added_p50_ms'])}  {row['turns_per_s']:.1f} turns/s"
+        )
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.2f} ms"

@@ -1,0 +1,189 @@
+"""``bench continuations``: cold turn + continuation pairs; how much of the prefix is reused.
+
+Each pair starts a new chain with a unique long prompt (cold), then continues it with a
+short follow-up: through a stateful server with ``previous_response_id``, or (``direct``)
+straight to an upstream with the history carried by the client. Per pair it records the
+usage numbers, the hit ratio of the continuation, the block-aligned ideal (every full
+block of the cold turn's prompt) and an upper bound (also the cold turn's generated
+tokens, reached when their text re-tokenizes to the same ids), latency, and the serving
+replica where the upstream or router reports one in a response header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentic_api.bench.client import Target, TurnResult, filler_text, message, replayable
+from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_json
+from agentic_api.bench.stats import ideal_cached, ratio, summary, upper_cached
+
+
+@dataclass(frozen=True)
+class ContinuationConfig:
+    model: str
+    pairs: int = 10
+    prompt_words: int = 600
+    followup_words: int = 40
+    max_output_tokens: int = 16
+    temperature: float = 0.0
+    block_size: int = 32
+    instructions: str = "You are a careful coding assistant."
+    # Direct mode only (a stateful server mints its own per tenant): one per pair, cycled.
+    salts: Sequence[str] = ()
+    # A stateful target: one API key per pair, cycled (several tenants). Ignored direct.
+    api_keys: Sequence[str | None] = (None,)
+    # Direct mode: send an X-Session-ID per pair, as our server does, for affinity routers.
+    session_header: bool = True
+
+
+async def run_pair(
+    target: Target, config: ContinuationConfig, index: int, nonce: str
+) -> dict[str, Any]:
+    seed = f"{nonce}-{index}"
+    body: dict[str, Any] = {
+        "model": config.model,
+        # The seed leads the prompt, so nothing of a cold turn is cached (not even the
+        # instructions, which every pair shares otherwise). Resent with the continuation:
+        # previous_response_id does not carry instructions over.
+        "instructions": f"[{seed}] {config.instructions}",
+        "max_output_tokens": config.max_output_tokens,
+        "temperature": config.temperature,
+    }
+    headers: dict[str, str] = {}
+    cold_input = [message("user", filler_text(config.prompt_words, seed))]
+    followup = [message("user", filler_text(config.followup_words, f"{seed}-next"))]
+    if target.stateful:
+        key = config.api_keys[index % len(config.api_keys)]
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+    else:
+        body["store"] = False
+        if config.salts:
+            body["cache_salt"] = config.salts[index % len(config.salts)]
+        if config.session_header:
+            headers["x-session-id"] = f"bench-{seed}"
+    cold = await target.create({**body, "input": cold_input}, headers)
+    if target.stateful:
+        warm_body = {**body, "input": followup, "previous_response_id": cold.id}
+    else:
+        warm_body = {**body, "input": [*cold_input, *replayable(cold.output), *followup]}
+    warm = await target.create(warm_body, headers)
+    return pair_row(index, cold, warm, config.block_size)
+
+
+def pair_row(index: int, cold: TurnResult, warm: TurnResult, block_size: int) -> dict[str, Any]:
+    ideal = ideal_cached(cold.input_tokens, warm.input_tokens, block_size)
+    upper = upper_cached(cold.input_tokens, cold.output_tokens, warm.input_tokens, block_size)
+    return {
+        "pair": index,
+        "cold_input_tokens": cold.input_tokens,
+        "cold_cached_tokens": cold.cached_tokens,
+        "cold_output_tokens": cold.output_tokens,
+        "cold_latency_s": cold.latency,
+        "cold_replica": cold.replica,
+        "input_tokens": warm.input_tokens,
+        "cached_tokens": warm.cached_tokens,
+        "hit_ratio": ratio(warm.cached_tokens, warm.input_tokens),
+        "ideal_cached_tokens": ideal,
+        "upper_cached_tokens": upper,
+        "measured_over_ideal": ratio(warm.cached_tokens, ideal),
+        "latency_s": warm.latency,
+        "replica": warm.replica,
+        "same_replica": (cold.replica == warm.replica) if cold.replica and warm.replica else None,
+    }
+
+
+async def run_continuations(
+    target: Target, config: ContinuationConfig, *, concurrency: int = 1
+) -> list[dict[str, Any]]:
+    nonce = uuid.uuid4().hex[:10]
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(index: int) -> dict[str, Any]:
+        async with gate:
+            return await run_pair(target, config, index, nonce)
+
+    rows = await asyncio.gather(*(one(i) for i in range(config.pairs)))
+    return sorted(rows, key=lambda row: int(row["pair"]))
+
+
+def summarize(rows: Sequence[dict[str, Any]], config: ContinuationConfig) -> dict[str, Any]:
+    ratios = [float(r["hit_ratio"]) for r in rows]
+    versus_ideal = [float(r["measured_over_ideal"]) for r in rows if r["ideal_cached_tokens"]]
+    replicas = [r["same_replica"] for r in rows if r["same_replica"] is not None]
+    return {
+        "pairs": len(rows),
+        "block_size": config.block_size,
+        "hit_ratio": summary(ratios),
+        "measured_over_ideal": summary(versus_ideal),
+        "pairs_at_or_above_ideal": sum(
+            1 for r in rows if r["cached_tokens"] >= r["ideal_cached_tokens"]
+        ),
+        "pairs_cold_cache_hits": sum(1 for r in rows if r["cold_cached_tokens"]),
+        "cold_latency_s": summary([float(r["cold_latency_s"]) for r in rows]),
+        "continuation_latency_s": summary([float(r["latency_s"]) for r in rows]),
+        "same_replica_pairs": sum(1 for same in replicas if same) if replicas else None,
+        "pairs_with_replica_info": len(replicas),
+    }
+
+
+def chart(rows: Sequence[dict[str, Any]], title: str) -> str:
+    pairs = [float(r["pair"]) for r in rows]
+    return svg_chart(
+        [
+            Panel(
+                "continuation prefix-cache hit ratio (cached / input tokens)",
+                "ratio",
+                [
+                    Series(
+                        "hit ratio",
+                        list(zip(pairs, [float(r["hit_ratio"]) for r in rows], strict=True)),
+                        bars=True,
+                    ),
+                    Series(
+                        "ideal ratio",
+                        list(
+                            zip(
+                                pairs,
+                                [ratio(r["ideal_cached_tokens"], r["input_tokens"]) for r in rows],
+                                strict=True,
+                            )
+                        ),
+                    ),
+                ],
+                y_min=0.0,
+                y_max=1.0,
+            ),
+            Panel(
+                "latency per request",
+                "seconds",
+                [
+                    Series(
+                        "cold turn",
+                        list(zip(pairs, [float(r["cold_latency_s"]) for r in rows], strict=True)),
+                    ),
+                    Series(
+                        "continuation",
+                        list(zip(pairs, [float(r["latency_s"]) for r in rows], strict=True)),
+                    ),
+                ],
+            ),
+        ],
+        title=title,
+        x_label="pair",
+    )
+
+
+def write_outputs(
+    out: Path, name: str, rows: Sequence[dict[str, Any]], summary_data: dict[str, Any]
+) -> list[Path]:
+    paths = [out / f"{name}.csv", out / f"{name}.json", out / f"{name}.svg"]
+    write_csv(paths[0], rows)
+    write_json(paths[1], summary_data)
+    paths[2].write_text(chart(rows, f"bench continuations: {name}"), encoding="utf-8")
+    return paths

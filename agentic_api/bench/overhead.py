@@ -1,0 +1,246 @@
+"""``bench overhead``: what a stateful Responses server adds to each turn, versus depth.
+
+The same multi-turn workload goes to every target: directly to the upstream (the client
+carries the whole history, ``store: false``) and through one or more Responses servers
+(``previous_response_id``; the server rehydrates). For each depth D a chain of D-1 turns is
+built, then ``probes`` forks of it (turns at depth D, sharing that exact history) are sent
+with the chosen concurrency. Reported per target and depth: latency p50/p95/p99 of the
+probes, the added latency versus the direct run at the same depth, turns/s of the probe
+phase, and, where the target exposes our ``/metrics``, SQL statements per turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentic_api.bench.client import (
+    BenchError,
+    Target,
+    TurnResult,
+    filler_text,
+    message,
+    replayable,
+)
+from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_json
+from agentic_api.bench.stats import summary
+
+STATEMENTS_METRIC = "agentic_db_statements_total"
+
+
+@dataclass(frozen=True)
+class OverheadConfig:
+    model: str
+    depths: Sequence[int] = (10, 40, 200)
+    probes: int = 30
+    concurrency: int = 4
+    turn_words: int = 12
+    max_output_tokens: int = 8
+    temperature: float = 0.0
+    cache_salt: str = "bench-overhead"
+    warmup: int = 3
+
+
+@dataclass
+class Chain:
+    """The head of a built chain: a response id (stateful) or the carried history."""
+
+    last_id: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _body(config: OverheadConfig, target: Target, chain: Chain, text: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": config.model,
+        "max_output_tokens": config.max_output_tokens,
+        "temperature": config.temperature,
+    }
+    new = message("user", text)
+    if target.stateful:
+        body["input"] = [new]
+        if chain.last_id:
+            body["previous_response_id"] = chain.last_id
+    else:
+        body["store"] = False
+        body["cache_salt"] = config.cache_salt
+        body["input"] = [*chain.history, new]
+    return body
+
+
+async def turn(
+    target: Target, config: OverheadConfig, chain: Chain, text: str, session: str
+) -> TurnResult:
+    headers = None if target.stateful else {"x-session-id": session}
+    return await target.create(_body(config, target, chain, text), headers)
+
+
+async def build_chain(
+    target: Target, config: OverheadConfig, turns: int, seed: str
+) -> tuple[Chain, list[dict[str, Any]]]:
+    chain = Chain()
+    rows: list[dict[str, Any]] = []
+    for index in range(turns):
+        text = filler_text(config.turn_words, f"{seed}-{index}")
+        result = await turn(target, config, chain, text, seed)
+        if target.stateful:
+            chain.last_id = result.id
+        else:
+            chain.history += [message("user", text), *replayable(result.output)]
+        rows.append(
+            {
+                "target": target.name,
+                "turn_depth": index + 1,
+                "latency_s": result.latency,
+                "input_tokens": result.input_tokens,
+                "cached_tokens": result.cached_tokens,
+            }
+        )
+    return chain, rows
+
+
+async def probe(
+    target: Target, config: OverheadConfig, chain: Chain, seed: str
+) -> tuple[list[TurnResult], float]:
+    gate = asyncio.Semaphore(max(1, config.concurrency))
+
+    async def one(index: int) -> TurnResult:
+        async with gate:
+            text = filler_text(config.turn_words, f"{seed}-probe-{index}")
+            return await turn(target, config, chain, text, seed)
+
+    started = time.perf_counter()
+    results = await asyncio.gather(*(one(i) for i in range(config.probes)))
+    return list(results), time.perf_counter() - started
+
+
+async def statements(target: Target) -> float | None:
+    """Our server's SQL statement counter, when the target exposes it."""
+    if not target.stateful:
+        return None
+    try:
+        response = await target.http.get("/metrics")
+    except Exception:
+        return None
+    if response.status_code != 200:
+        return None
+    for line in response.text.splitlines():
+        if line.startswith(STATEMENTS_METRIC + " "):
+            return float(line.split()[1])
+    return None
+
+
+async def run_overhead(
+    targets: Sequence[Target], config: OverheadConfig, baseline: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Returns (one row per target and depth, one row per chain-building turn)."""
+    if baseline not in {t.name for t in targets}:
+        raise BenchError(f"baseline target {baseline!r} is not among the targets")
+    nonce = uuid.uuid4().hex[:8]
+    for target in targets:
+        warm_chain = Chain()
+        for index in range(config.warmup):
+            await turn(target, config, warm_chain, f"warm-up {nonce} {index}", f"warm-{nonce}")
+    rows: list[dict[str, Any]] = []
+    chain_rows: list[dict[str, Any]] = []
+    for depth in config.depths:
+        for target in targets:
+            seed = f"{nonce}-{target.name}-{depth}"
+            chain, built = await build_chain(target, config, depth - 1, seed)
+            for row in built:
+                row["chain_depth"] = depth
+            chain_rows += built
+            before = await statements(target)
+            results, wall = await probe(target, config, chain, seed)
+            after = await statements(target)
+            latencies = summary([r.latency for r in results])
+            rows.append(
+                {
+                    "target": target.name,
+                    "depth": depth,
+                    "probes": len(results),
+                    "concurrency": config.concurrency,
+                    "p50_s": latencies["p50"],
+                    "p95_s": latencies["p95"],
+                    "p99_s": latencies["p99"],
+                    "mean_s": latencies["mean"],
+                    "turns_per_s": len(results) / wall if wall else float("nan"),
+                    "input_tokens_mean": sum(r.input_tokens for r in results) / len(results),
+                    "cached_tokens_mean": sum(r.cached_tokens for r in results) / len(results),
+                    "sql_statements_per_turn": (
+                        (after - before) / len(results)
+                        if before is not None and after is not None
+                        else None
+                    ),
+                }
+            )
+    add_overhead(rows, baseline)
+    return rows, chain_rows
+
+
+def add_overhead(rows: list[dict[str, Any]], baseline: str) -> None:
+    """Adds ``added_pXX_ms``: the target's percentile minus the baseline's, same depth."""
+    base = {row["depth"]: row for row in rows if row["target"] == baseline}
+    for row in rows:
+        reference = base.get(row["depth"])
+        for q in ("p50", "p95", "p99"):
+            row[f"added_{q}_ms"] = (
+                (row[f"{q}_s"] - reference[f"{q}_s"]) * 1000 if reference is not None else None
+            )
+
+
+def chart(rows: Sequence[dict[str, Any]], baseline: str, title: str) -> str:
+    names = list(dict.fromkeys(str(r["target"]) for r in rows))
+
+    def series(name: str, key: str, scale: float = 1.0) -> Series:
+        points = [
+            (float(r["depth"]), float(r[key]) * scale)
+            for r in rows
+            if r["target"] == name and r.get(key) is not None
+        ]
+        return Series(name, points)
+
+    return svg_chart(
+        [
+            Panel("p50 latency per turn", "ms", [series(n, "p50_s", 1000) for n in names]),
+            Panel(
+                f"added p50 latency per turn vs {baseline}",
+                "ms",
+                [series(n, "added_p50_ms") for n in names if n != baseline],
+                y_min=None,
+            ),
+            Panel(
+                f"added p95 latency per turn vs {baseline}",
+                "ms",
+                [series(n, "added_p95_ms") for n in names if n != baseline],
+                y_min=None,
+            ),
+        ],
+        title=title,
+        x_label="depth (turns in the chain, including the measured one)",
+    )
+
+
+def write_outputs(
+    out: Path,
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    chain_rows: Sequence[dict[str, Any]],
+    meta: dict[str, Any],
+    baseline: str,
+) -> list[Path]:
+    paths = [
+        out / f"{name}.csv",
+        out / f"{name}_chains.csv",
+        out / f"{name}.json",
+        out / f"{name}.svg",
+    ]
+    write_csv(paths[0], rows)
+    write_csv(paths[1], chain_rows)
+    write_json(paths[2], {**meta, "results": list(rows)})
+    paths[3].write_text(chart(rows, baseline, f"bench overhead: {name}"), encoding="utf-8")
+    return paths

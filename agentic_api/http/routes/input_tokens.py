@@ -1,0 +1,43 @@
+"""``POST /v1/responses/input_tokens``: the exact input-token count of a would-be turn.
+
+Registered before the responses router so the path is not taken for a response id.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+
+from agentic_api.http.auth import TenantContext, require_tenant, services_of
+from agentic_api.turns.count import count_input_tokens
+from agentic_api.turns.prepare import Caller
+from agentic_api.wire.requests import (
+    CreateResponseRequest,
+    parse_create_request,
+    parse_json_object,
+)
+
+router = APIRouter(tags=["responses"])
+Tenant = Annotated[TenantContext, Depends(require_tenant)]
+
+
+@router.post(
+    "/v1/responses/input_tokens",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": CreateResponseRequest.model_json_schema()}},
+        }
+    },
+)
+async def input_tokens(request: Request, tenant: Tenant) -> dict[str, Any]:
+    services = services_of(request)
+    data = parse_json_object(await request.body())
+    # Unlike create, counting may omit input (e.g. only what previous_response_id holds).
+    data.setdefault("input", [])
+    create, _raw = parse_create_request(orjson.dumps(data))
+    caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
+    count = await count_input_tokens(services, caller, create)
+    return {"object": "response.input_tokens", "input_tokens": count}

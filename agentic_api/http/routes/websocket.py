@@ -1,0 +1,283 @@
+"""``GET /v1/responses`` upgraded to a WebSocket: Codex's transport.
+
+Client frames are ``response.create`` (the create body, streamed implicitly); each
+``stream_id`` names a lane whose requests run one at a time, in order. Server frames are
+the SSE events, with ``stream_id`` echoed. Unknown client frame types are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from starlette.responses import JSONResponse
+
+from agentic_api.errors import ApiError, InvalidRequest
+from agentic_api.http.auth import TenantContext, authenticate, services_of
+from agentic_api.log import get_logger
+from agentic_api.services import Services
+from agentic_api.turns.channel import TurnChannel
+from agentic_api.turns.local import LocalCheckpoints, checkpoint_after
+from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
+from agentic_api.turns.run import TurnFailed, run_turn, run_without_model
+from agentic_api.wire.requests import parse_create_request
+
+router = APIRouter(tags=["responses"])
+log = get_logger("agentic_api.websocket")
+
+# Documented per-connection limits.
+MAX_LANES = 16
+MAX_QUEUED_PER_LANE = 8
+DEFAULT_LANE = ""
+
+
+@dataclass
+class Lane:
+    queue: asyncio.Queue[dict[str, Any]]
+    worker: asyncio.Task[None] | None = None
+
+
+@dataclass
+class Session:
+    websocket: WebSocket
+    services: Services
+    tenant: TenantContext
+    local: LocalCheckpoints = field(default_factory=LocalCheckpoints)
+    lanes: dict[str, Lane] = field(default_factory=dict)
+    send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    closed: bool = False
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        async with self.send_lock:
+            try:
+                await self.websocket.send_text(orjson.dumps(frame).decode())
+            except (WebSocketDisconnect, RuntimeError):
+                self.closed = True
+
+    async def send_error(self, error: ApiError, stream_id: str | None) -> None:
+        frame: dict[str, Any] = {
+            "type": "error",
+            "status": error.status_code,
+            "error": {
+                "type": error.error_type,
+                "code": error.code,
+                "message": error.message,
+                "param": error.param,
+            },
+        }
+        if stream_id is not None:
+            frame["stream_id"] = stream_id
+        await self.send(frame)
+
+
+@router.websocket("/v1/responses")
+async def responses_socket(websocket: WebSocket) -> None:
+    services = services_of(websocket)
+    try:
+        tenant = await authenticate(
+            services, websocket.app.state.key_cache, websocket.headers.get("authorization")
+        )
+    except ApiError as exc:
+        await websocket.send_denial_response(JSONResponse(exc.body(), status_code=exc.status_code))
+        return
+    await websocket.accept()
+    session = Session(websocket, services, tenant)
+    lifetime = services.settings.ws_max_connection_seconds
+    deadline = time.monotonic() + lifetime
+    try:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                await _close_for_lifetime(session, lifetime)
+                return
+            try:
+                message = await asyncio.wait_for(websocket.receive(), timeout=remaining)
+            except TimeoutError:
+                continue
+            if message["type"] == "websocket.disconnect":
+                return
+            raw = message.get("text")
+            if raw is None and message.get("bytes") is not None:
+                raw = message["bytes"].decode("utf-8", "replace")
+            await _dispatch(session, raw or "")
+    finally:
+        session.closed = True
+        _stop_lanes(session)
+
+
+async def _dispatch(session: Session, raw: str) -> None:
+    try:
+        frame = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        await session.send_error(
+            InvalidRequest("The frame is not valid JSON.", code="invalid_frame"), None
+        )
+        return
+    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+        await session.send_error(
+            InvalidRequest("A frame must be a JSON object with a 'type'.", code="invalid_frame"),
+            None,
+        )
+        return
+    if frame["type"] != "response.create":
+        # Clients send acknowledgements such as response.processed; they need no answer.
+        return
+    stream_id = frame.get("stream_id")
+    if stream_id is not None and not isinstance(stream_id, str):
+        await session.send_error(
+            InvalidRequest("'stream_id' must be a string.", param="stream_id"), None
+        )
+        return
+    lane_key = stream_id if stream_id is not None else DEFAULT_LANE
+    lane = session.lanes.get(lane_key)
+    if lane is None:
+        if len(session.lanes) >= MAX_LANES:
+            await session.send_error(
+                InvalidRequest(
+                    f"At most {MAX_LANES} stream_id lanes per connection.",
+                    param="stream_id",
+                    code="too_many_lanes",
+                ),
+                stream_id,
+            )
+            return
+        lane = Lane(asyncio.Queue(maxsize=MAX_QUEUED_PER_LANE))
+        session.lanes[lane_key] = lane
+        lane.worker = asyncio.create_task(_lane_worker(session, lane_key, lane))
+    try:
+        lane.queue.put_nowait(frame)
+    except asyncio.QueueFull:
+        await session.send_error(
+            ApiError(
+                f"At most {MAX_QUEUED_PER_LANE} requests may wait in one lane.",
+                status_code=429,
+                error_type="invalid_request_error",
+                code="lane_queue_full",
+            ),
+            stream_id,
+        )
+
+
+async def _lane_worker(session: Session, lane_key: str, lane: Lane) -> None:
+    while not session.closed:
+        frame = await lane.queue.get()
+        stream_id = frame.get("stream_id")
+        try:
+            await _serve_create(session, lane_key, frame, stream_id)
+        except ApiError as exc:
+            await session.send_error(exc, stream_id)
+        except Exception:
+            log.exception("websocket request failed")
+            await session.send_error(ApiError("The server had an error."), stream_id)
+
+
+async def _serve_create(
+    session: Session, lane_key: str, frame: dict[str, Any], stream_id: str | None
+) -> None:
+    body = {k: v for k, v in frame.items() if k not in ("type", "stream_id", "generate")}
+    generate = frame.get("generate", True)
+    if not isinstance(generate, bool):
+        raise InvalidRequest("'generate' must be a boolean.", param="generate")
+    if body.get("background"):
+        raise InvalidRequest(
+            "'background' is not allowed over the WebSocket.",
+            param="background",
+            code="unsupported_parameter",
+        )
+    body["stream"] = True
+    request, _raw = parse_create_request(orjson.dumps(body))
+    tenant = session.tenant
+    caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
+    try:
+        turn = await prepare_turn(session.services.db, caller, request, local=session.local)
+    except ApiError:
+        if request.previous_response_id:
+            session.local.evict(request.previous_response_id)
+        raise
+
+    def tagged(event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("type") == "error" and "error" not in event:
+            # Over the socket, errors carry their details nested, as OpenAI's do.
+            event = {
+                "type": "error",
+                "sequence_number": event.get("sequence_number"),
+                "error": {
+                    "type": "server_error",
+                    "code": event.get("code"),
+                    "message": event.get("message"),
+                    "param": event.get("param"),
+                },
+            }
+        return {**event, "stream_id": stream_id} if stream_id is not None else event
+
+    if not generate:
+        for prepared_event in await run_without_model(session.services, turn):
+            await session.send(tagged(prepared_event))
+        _remember(session, lane_key, turn, [])
+        return
+    channel = TurnChannel()
+    task = session.services.spawn(run_turn(session.services, turn, channel))
+    await channel.wait_opened()
+    finished = False
+    try:
+        while (event := await channel.next_event()) is not None:
+            await session.send(tagged(event))
+        finished = True
+    finally:
+        # Cancelled here means the connection went away mid-turn: same rule as HTTP.
+        if not finished and session.services.settings.stream_disconnect == "cancel":
+            task.cancel()
+    try:
+        final = await task
+    except (TurnFailed, ApiError):
+        if request.previous_response_id:
+            session.local.evict(request.previous_response_id)
+        return
+    if final["status"] in ("completed", "incomplete"):
+        _remember(session, lane_key, turn, final["output"])
+
+
+def _remember(
+    session: Session, lane_key: str, turn: PreparedTurn, output: list[dict[str, Any]]
+) -> None:
+    session.local.remember(
+        lane_key,
+        checkpoint_after(
+            response_id=turn.response_id,
+            model=turn.request.model,
+            session_id=turn.lineage.session_id,
+            depth=turn.lineage.depth,
+            fingerprint=turn.fingerprint,
+            stored=turn.request.store,
+            prompt=turn.prompt_items,
+            output=output,
+        ),
+    )
+
+
+async def _close_for_lifetime(session: Session, lifetime: float) -> None:
+    await session.send_error(
+        ApiError(
+            f"This connection reached its maximum lifetime of {int(lifetime)} s; reconnect.",
+            status_code=400,
+            error_type="invalid_request_error",
+            code="websocket_connection_limit_reached",
+        ),
+        None,
+    )
+    session.closed = True
+    await session.websocket.close(code=1000, reason="connection lifetime reached")
+
+
+def _stop_lanes(session: Session) -> None:
+    # Queued requests die with the connection; a turn already running finishes (or is
+    # cancelled) by the same rule as an HTTP stream whose client left.
+    for lane in session.lanes.values():
+        if lane.worker is not None and not lane.worker.done():
+            lane.worker.cancel()

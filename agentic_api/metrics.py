@@ -1,0 +1,169 @@
+"""Prometheus metrics: the objects, and the few helpers the pipeline calls to feed them.
+
+Everything lives in prometheus-client's default registry (so the process and platform
+collectors come along) and is exposed by ``GET /metrics``. Label sets stay bounded:
+routes are templates (``/v1/responses/{response_id}``), tenants are ids, models are the
+names clients send (the upstream refuses unknown ones, and a refused turn is counted
+under ``status="rejected"``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from functools import wraps
+from typing import Any, ParamSpec, TypeVar
+
+from prometheus_client import Counter, Gauge, Histogram
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+DB_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+RATIO_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+ITEM_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+
+HTTP_REQUESTS = Counter(
+    "agentic_http_requests_total",
+    "HTTP requests by method, route template and status (websocket: status 101).",
+    ["method", "route", "status"],
+)
+HTTP_DURATION = Histogram(
+    "agentic_http_request_duration_seconds",
+    "Time from receiving a request to the end of its response (streams included).",
+    ["method", "route"],
+    buckets=LATENCY_BUCKETS,
+)
+TURNS = Counter(
+    "agentic_turns_total",
+    "Turns by final status: completed, incomplete, failed (stored as failed), rejected "
+    "(the upstream refused it before streaming; nothing stored), error (commit failed).",
+    ["model", "status"],
+)
+UPSTREAM_DURATION = Histogram(
+    "agentic_upstream_duration_seconds",
+    "From sending a turn upstream to the end of its stream.",
+    ["model"],
+    buckets=LATENCY_BUCKETS,
+)
+TIME_TO_FIRST_TOKEN = Histogram(
+    "agentic_time_to_first_token_seconds",
+    "From sending a turn upstream to its first output delta.",
+    ["model"],
+    buckets=LATENCY_BUCKETS,
+)
+COMMIT_DURATION = Histogram(
+    "agentic_turn_commit_seconds",
+    "Database time of a turn's commit (its one write transaction).",
+    buckets=DB_BUCKETS,
+)
+DB_TRANSACTION_DURATION = Histogram(
+    "agentic_db_transaction_seconds",
+    "Duration of each unit of work, by kind (read: e.g. a rehydration; write: e.g. a commit).",
+    ["kind"],
+    buckets=DB_BUCKETS,
+)
+DB_STATEMENTS = Counter(
+    "agentic_db_statements_total",
+    "SQL statements sent to the database (round trips).",
+)
+INPUT_TOKENS = Counter(
+    "agentic_input_tokens_total", "Prompt tokens of completed turns.", ["model", "tenant"]
+)
+CACHED_TOKENS = Counter(
+    "agentic_cached_tokens_total",
+    "Prompt tokens the upstream served from its prefix cache.",
+    ["model", "tenant"],
+)
+OUTPUT_TOKENS = Counter(
+    "agentic_output_tokens_total", "Generated tokens of completed turns.", ["model", "tenant"]
+)
+CACHE_HIT_RATIO = Histogram(
+    "agentic_cache_hit_ratio",
+    "Per turn: cached_tokens / input_tokens.",
+    ["model", "tenant"],
+    buckets=RATIO_BUCKETS,
+)
+REHYDRATED_ITEMS = Histogram(
+    "agentic_rehydrated_items",
+    "History items rebuilt from storage for a turn (0 for a chain's root).",
+    buckets=ITEM_BUCKETS,
+)
+STREAMS_IN_FLIGHT = Gauge("agentic_streams_in_flight", "Streaming turns now running.")
+BACKGROUND_TASKS = Gauge(
+    "agentic_background_tasks",
+    "Turns running detached from their request (streams a client may leave); drained on shutdown.",
+)
+
+
+def observe_request(method: str, route: str, status: int, seconds: float) -> None:
+    HTTP_REQUESTS.labels(method, route, str(status)).inc()
+    HTTP_DURATION.labels(method, route).observe(seconds)
+
+
+def timed(histogram: Histogram) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
+    """Decorates a coroutine function so each call's duration is observed."""
+
+    def decorate(function: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+        @wraps(function)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            started = time.perf_counter()
+            try:
+                return await function(*args, **kwargs)
+            finally:
+                histogram.observe(time.perf_counter() - started)
+
+        return wrapper
+
+    return decorate
+
+
+class TurnMeter:
+    """Feeds the per-turn metrics from the points the turn pipeline passes through."""
+
+    def __init__(self, *, model: str, tenant: str, history_items: int, streaming: bool) -> None:
+        self.model = model
+        self.tenant = tenant
+        self.streaming = streaming
+        self.started = time.perf_counter()
+        self._first_token = False
+        self._upstream_done = False
+        self._finished = False
+        REHYDRATED_ITEMS.observe(history_items)
+        if streaming:
+            STREAMS_IN_FLIGHT.inc()
+
+    def event(self, event: Mapping[str, Any]) -> None:
+        """Sees every event relayed to the client; the first delta is the first token."""
+        if not self._first_token and str(event.get("type", "")).endswith(".delta"):
+            self._first_token = True
+            TIME_TO_FIRST_TOKEN.labels(self.model).observe(time.perf_counter() - self.started)
+
+    def upstream_done(self) -> None:
+        self._upstream_done = True
+        UPSTREAM_DURATION.labels(self.model).observe(time.perf_counter() - self.started)
+
+    def finished(self, response: dict[str, Any]) -> dict[str, Any]:
+        """Records the final Response object (returned unchanged, for ``return``)."""
+        self._finished = True
+        status = str(response.get("status"))
+        TURNS.labels(self.model, status).inc()
+        usage = response.get("usage")
+        if isinstance(usage, Mapping) and status in ("completed", "incomplete"):
+            prompt = int(usage.get("input_tokens") or 0)
+            details = usage.get("input_tokens_details")
+            cached = int(details.get("cached_tokens") or 0) if isinstance(details, Mapping) else 0
+            INPUT_TOKENS.labels(self.model, self.tenant).inc(prompt)
+            CACHED_TOKENS.labels(self.model, self.tenant).inc(cached)
+            OUTPUT_TOKENS.labels(self.model, self.tenant).inc(int(usage.get("output_tokens") or 0))
+            if prompt > 0:
+                CACHE_HIT_RATIO.labels(self.model, self.tenant).observe(cached / prompt)
+        return response
+
+    def close(self) -> None:
+        if not self._finished:
+            self._finished = True
+            TURNS.labels(self.model, "error" if self._upstream_done else "rejected").inc()
+        if self.streaming:
+            STREAMS_IN_FLIGHT.dec()

@@ -1,0 +1,47 @@
+"""Counting a turn's input tokens exactly, without running or storing the turn.
+
+The count is whatever the upstream reports as ``usage.input_tokens`` for the very request
+the turn would send: the turn is prepared as for a create (same lineage, rehydrated
+history, salt and headers), then sent to the upstream's stateless ``/v1/responses`` with
+``max_output_tokens: 1`` and ``stream: false``. vLLM renders and tokenizes that request
+itself, so the count is exact by construction (chat template, tool rendering, dropped tool
+types and all) instead of an estimate from a tokenizer of ours that could drift.
+
+The price is one prefill on the upstream. It is mostly a prefix-cache hit for a
+continuation (the history was computed by the previous turn under the same salt, and the
+lineage headers route it to the same replica), and it warms the cache for the turn that
+usually follows a count. Nothing is stored: no response row, no items, no events.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from agentic_api.errors import InvalidRequest, UpstreamError
+from agentic_api.services import Services
+from agentic_api.turns.prepare import Caller, prepare_turn
+from agentic_api.wire.requests import CreateResponseRequest
+
+COUNT_OUTPUT_TOKENS = 1
+
+
+async def count_input_tokens(
+    services: Services, caller: Caller, request: CreateResponseRequest
+) -> int:
+    turn = await prepare_turn(services.db, caller, request)
+    if request.conversation is not None and turn.conversation_id is None:
+        # Counting without the conversation's items would return a silently smaller number.
+        raise InvalidRequest(
+            "Conversations are not available on this server yet.",
+            param="conversation",
+            code="unsupported_parameter",
+        )
+    body = orjson.loads(turn.body)
+    body["stream"] = False
+    body["max_output_tokens"] = COUNT_OUTPUT_TOKENS
+    answer = await services.upstream.create_response(orjson.dumps(body), turn.headers)
+    usage = answer.get("usage")
+    count = usage.get("input_tokens") if isinstance(usage, dict) else None
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise UpstreamError("The model server did not report the request's input tokens.")
+    return count

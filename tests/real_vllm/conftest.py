@@ -1,0 +1,87 @@
+"""The real-vLLM tier: a real ``vllm serve`` (CPU, tiny random Llama) and our server in
+front of it on SQLite and PostgreSQL.
+
+The vLLM comes from ``AGENTIC_REAL_VLLM_URL`` when set (reused, left running); otherwise
+``scripts/real_vllm/setup.sh`` (cached) and ``start.sh`` start one on a free port for the
+session and ``stop.sh`` ends it. Measured cache reuse is collected and printed in the
+terminal summary (and written as JSON to ``AGENTIC_REAL_VLLM_REPORT`` when set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentic_api.app import create_app
+from tests.conftest import RunningServer, server_settings
+from tests.support.servers import ThreadedServer, free_port
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "real_vllm"
+REPORT: list[dict[str, Any]] = []
+
+
+@dataclass(frozen=True)
+class RealVllm:
+    url: str
+    model: str
+    block_size: int
+
+
+@pytest.fixture(scope="session")
+def real_vllm() -> Iterator[RealVllm]:
+    block = int(os.environ.get("AGENTIC_VLLM_BLOCK_SIZE", "32"))
+    given = os.environ.get("AGENTIC_REAL_VLLM_URL")
+    port: int | None = None
+    if given:
+        url = given.rstrip("/").removesuffix("/v1")
+    else:
+        subprocess.run([str(SCRIPTS / "setup.sh")], check=True, stdout=subprocess.DEVNULL)
+        port = free_port()
+        started = subprocess.run(
+            [str(SCRIPTS / "start.sh"), str(port)], check=True, capture_output=True, text=True
+        )
+        url = started.stdout.strip().splitlines()[-1]
+    try:
+        models = httpx.get(f"{url}/v1/models", timeout=10).json()
+        yield RealVllm(url, models["data"][0]["id"], block)
+    finally:
+        if port is not None:
+            subprocess.run([str(SCRIPTS / "stop.sh"), str(port)], check=False)
+
+
+@pytest.fixture(scope="session")
+def real_server(
+    backend: str, db_url: str, real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    settings = server_settings(db_url, real_vllm.url, tmp_path_factory.mktemp("data"))
+    running = ThreadedServer(create_app(settings)).start()
+    try:
+        yield RunningServer(running.url, db_url, settings, backend)
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def report() -> list[dict[str, Any]]:
+    return REPORT
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not REPORT:
+        return
+    terminalreporter.section("real vLLM: measured vs ideal cached tokens")
+    for row in REPORT:
+        terminalreporter.write_line(
+            "  ".join(f"{key}={value}" for key, value in row.items() if value is not None)
+        )
+    target = os.environ.get("AGENTIC_REAL_VLLM_REPORT")
+    if target:
+        Path(target).write_text(json.dumps(REPORT, indent=2) + "\n", encoding="utf-8")
