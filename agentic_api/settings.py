@@ -91,6 +91,31 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(
         30.0, ge=0, description="How long shutdown waits for running turns to finish."
     )
+    background_workers: int = Field(
+        1,
+        ge=0,
+        description="Background-job workers `serve` runs in its own process (0: none; run "
+        "`agentic-api worker` processes instead). Expired jobs are still recovered.",
+    )
+    background_poll_seconds: float = Field(
+        0.5,
+        gt=0,
+        description="How often an idle worker looks for queued jobs, and a running job for "
+        "a cancel made through another process.",
+    )
+    lease_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="How long a claim (a running background job, an in-progress "
+        "Idempotency-Key) stays valid without renewal; its process renews it every third of "
+        "this. After that the process is presumed dead and the claim is recovered.",
+    )
+    idempotency_ttl_seconds: float = Field(
+        86400.0,
+        gt=0,
+        description="How long an Idempotency-Key and its stored outcome are kept; after "
+        "that the key is ignored (a retry runs again) and pruned.",
+    )
     metrics_enabled: bool = Field(
         True,
         description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "

@@ -11,6 +11,7 @@ from lineage.digest import (
     digest_chain,
     digest_extend,
     digest_root,
+    extend_digest,
     is_valid_digest,
     prefix_digest,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "digest_chain",
     "digest_extend",
     "digest_root",
+    "extend_digest",
     "id_kind",
     "id_timestamp_ms",
     "is_valid_cache_salt",

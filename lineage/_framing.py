@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 
-_LENGTH_BYTES = 8
+LENGTH_BYTES = 8
 
 
 def frame(*fields: bytes) -> bytes:
-    return b"".join(len(field).to_bytes(_LENGTH_BYTES, "big") + field for field in fields)
+    return b"".join(len(field).to_bytes(LENGTH_BYTES, "big") + field for field in fields)
 
 
 def tagged_sha256(tag: bytes, *fields: bytes) -> bytes:

@@ -8,9 +8,10 @@ KV cache for that prefix; a fork shares the chain up to where it diverges.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
 
-from lineage._framing import tagged_sha256
+from lineage._framing import LENGTH_BYTES, frame, tagged_sha256
 
 __all__ = [
     "DIGEST_HEX_LENGTH",
@@ -18,6 +19,7 @@ __all__ = [
     "digest_chain",
     "digest_extend",
     "digest_root",
+    "extend_digest",
     "is_valid_digest",
     "prefix_digest",
 ]
@@ -29,6 +31,10 @@ DIGEST_HEX_LENGTH = 64
 _ROOT_TAG = b"agentic-api/prefix-digest/v1/root"
 _ITEM_TAG = b"agentic-api/prefix-digest/v1/item"
 _HEX_DIGITS = frozenset("0123456789abcdef")
+# Every link hashes frame(_ITEM_TAG, previous, item); the first two fields' framing never
+# changes (a digest is always 32 bytes), so it is computed once. Same bytes, less work:
+# rehydration runs this over the whole history on every turn.
+_LINK_HEAD = frame(_ITEM_TAG) + (32).to_bytes(LENGTH_BYTES, "big")
 
 
 def digest_root(model: str, cache_salt: str) -> str:
@@ -43,21 +49,35 @@ def digest_extend(digest: str, item: bytes) -> str:
     return tagged_sha256(_ITEM_TAG, bytes.fromhex(digest), item).hex()
 
 
-def prefix_digest(model: str, cache_salt: str, items: Iterable[bytes]) -> str:
-    digest = digest_root(model, cache_salt)
+def _links(start: bytes, items: Iterable[bytes]) -> Iterator[bytes]:
+    previous = start
     for item in items:
-        digest = digest_extend(digest, item)
-    return digest
+        link = hashlib.sha256(_LINK_HEAD)
+        link.update(previous)
+        link.update(len(item).to_bytes(LENGTH_BYTES, "big"))
+        link.update(item)
+        previous = link.digest()
+        yield previous
+
+
+def prefix_digest(model: str, cache_salt: str, items: Iterable[bytes]) -> str:
+    return extend_digest(digest_root(model, cache_salt), items)
+
+
+def extend_digest(digest: str, items: Iterable[bytes]) -> str:
+    """The digest of the prefix ``digest`` stands for, followed by all of ``items``."""
+    if not is_valid_digest(digest):
+        raise ValueError(f"not a prefix digest: {digest!r}")
+    last = bytes.fromhex(digest)
+    for link in _links(last, items):
+        last = link
+    return last.hex()
 
 
 def digest_chain(model: str, cache_salt: str, items: Iterable[bytes]) -> list[str]:
     """The digest after each item; empty for an empty item list."""
-    chain: list[str] = []
-    digest = digest_root(model, cache_salt)
-    for item in items:
-        digest = digest_extend(digest, item)
-        chain.append(digest)
-    return chain
+    root = bytes.fromhex(digest_root(model, cache_salt))
+    return [link.hex() for link in _links(root, items)]
 
 
 def common_prefix_length(chain_a: Sequence[str], chain_b: Sequence[str]) -> int:

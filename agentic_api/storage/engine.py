@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from sqlalchemy import event
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -12,12 +13,22 @@ from sqlalchemy.pool import NullPool
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
+def _dump_json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+# JSON columns go through orjson: several times faster than the stdlib on every turn's
+# response body, and it refuses NaN rather than writing invalid JSON.
+_JSON_CODEC: dict[str, Any] = {"json_serializer": _dump_json, "json_deserializer": orjson.loads}
+
+
 def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEngine:
     if url.startswith("sqlite"):
         return _sqlite_engine(url, echo=echo)
     return create_async_engine(
         url,
         echo=echo,
+        **_JSON_CODEC,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
@@ -26,7 +37,7 @@ def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Async
 
 
 def _sqlite_engine(url: str, *, echo: bool) -> AsyncEngine:
-    kwargs: dict[str, Any] = {"echo": echo}
+    kwargs: dict[str, Any] = {"echo": echo, **_JSON_CODEC}
     if ":memory:" in url or url.rstrip("/").endswith("sqlite+aiosqlite:"):
         # A private in-memory database would vanish between pooled connections.
         raise ValueError("in-memory SQLite is not supported; give the database a file")

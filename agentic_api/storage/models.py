@@ -178,3 +178,65 @@ class ResponseEvent(Base):
     )
     sequence_number: Mapped[int] = mapped_column(Integer, primary_key=True)
     data: Mapped[str] = mapped_column(Text)
+
+
+class BackgroundJob(Base):
+    """A ``background: true`` response waiting for, or held by, a worker.
+
+    The row exists from enqueue until the response's terminal write, which deletes it in
+    the same transaction; so "there is a job row" means "the response is not finished".
+    ``claim_token`` fences every write a worker makes: once the job is cancelled or
+    recovered, the token no longer matches and the worker's late writes change nothing.
+    """
+
+    __tablename__ = "background_jobs"
+    __table_args__ = (
+        Index(None, "status", "enqueued_at"),
+        Index(None, "status", "lease_expires_at"),
+    )
+
+    response_id: Mapped[str] = mapped_column(
+        ForeignKey("responses.id", ondelete="CASCADE"), primary_key=True
+    )
+    tenant_id: Mapped[str] = mapped_column(ID)
+    # "queued" (no worker) or "running" (claimed; started_at says whether it reached the model).
+    status: Mapped[str] = mapped_column(String(16))
+    enqueued_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    # Claims so far; a job that keeps losing its worker before starting is given up on.
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    claim_token: Mapped[str | None] = mapped_column(String(64))
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    claimed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # Set just before the upstream request: from here on the model may have done work.
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class IdempotencyKey(Base):
+    """One ``Idempotency-Key`` of one tenant on one endpoint, and what it produced.
+
+    ``in_progress`` rows are claims held by a live request (``owner_token``, renewed
+    until ``lease_expires_at``); ``completed`` rows hold the outcome to replay. Rows are
+    ignored, and pruned, after ``expires_at``.
+    """
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (Index(None, "expires_at"),)
+
+    tenant_id: Mapped[str] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True
+    )
+    endpoint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # SHA-256 of the canonical JSON of what the request asked for.
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    owner_token: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    # The outcome: "json" (status_code + body) or "stream" (the response's event stream).
+    result_kind: Mapped[str | None] = mapped_column(String(16))
+    response_id: Mapped[str | None] = mapped_column(ID)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    body: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import CTE, and_, delete, func, insert, literal, select, update
+from sqlalchemy import CTE, and_, delete, func, insert, inspect, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import defer
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem
 from agentic_api.storage.types import utcnow
+
+# Identity, creation time and deletion of a reserved row outlive its completion.
+_KEPT_ON_COMPLETION = frozenset({"id", "tenant_id", "created_at", "deleted_at"})
 
 
 @dataclass(frozen=True)
@@ -34,13 +39,20 @@ class ResponseRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def get(self, tenant_id: str, response_id: str) -> Response | None:
-        """A live (not deleted) response of this tenant."""
+    async def get(
+        self, tenant_id: str, response_id: str, *, documents: bool = True
+    ) -> Response | None:
+        """A live (not deleted) response of this tenant.
+
+        ``documents=False`` leaves out the stored object and request, which a continuation
+        does not need and which are the largest part of the row."""
         query = select(Response).where(
             Response.id == response_id,
             Response.tenant_id == tenant_id,
             Response.deleted_at.is_(None),
         )
+        if not documents:
+            query = query.options(defer(Response.body), defer(Response.request))
         return (await self.session.execute(query)).scalar_one_or_none()
 
     async def chain_items(self, tenant_id: str, response_id: str) -> Sequence[StoredItem]:
@@ -83,22 +95,85 @@ class ResponseRepository:
     async def insert(self, response: Response, items: Sequence[NewItem]) -> None:
         self.session.add(response)
         await self.session.flush()
+        await self._insert_items(response.id, response.tenant_id, 0, items)
+
+    async def _insert_items(
+        self, response_id: str, tenant_id: str, first_position: int, items: Sequence[NewItem]
+    ) -> None:
         if items:
             await self.session.execute(
                 insert(ResponseItem),
                 [
                     {
-                        "response_id": response.id,
+                        "response_id": response_id,
                         "position": position,
-                        "tenant_id": response.tenant_id,
+                        "tenant_id": tenant_id,
                         "item_id": item.item_id,
                         "role": item.role,
                         "type": item.type,
                         "data": item.data,
                     }
-                    for position, item in enumerate(items)
+                    for position, item in enumerate(items, start=first_position)
                 ],
             )
+
+    async def get_any(self, tenant_id: str, response_id: str) -> Response | None:
+        """A response of this tenant, deleted or not (a queued job still runs it)."""
+        query = select(Response).where(Response.id == response_id, Response.tenant_id == tenant_id)
+        return (await self.session.execute(query)).scalar_one_or_none()
+
+    async def stored_input(self, response_id: str) -> Sequence[StoredItem]:
+        query = (
+            select(
+                ResponseItem.response_id,
+                ResponseItem.position,
+                ResponseItem.item_id,
+                ResponseItem.role,
+                ResponseItem.type,
+                ResponseItem.data,
+            )
+            .where(ResponseItem.response_id == response_id, ResponseItem.role == "input")
+            .order_by(ResponseItem.position)
+        )
+        return [StoredItem(*row) for row in (await self.session.execute(query)).all()]
+
+    async def complete_reserved(
+        self, response: Response, items: Sequence[NewItem], *, first_position: int
+    ) -> None:
+        """Finishes a row inserted earlier (a background job's, with its input items):
+        every column takes the new row's value, and ``items`` follow the stored ones.
+        ``deleted_at`` is kept: a response deleted while queued stays deleted."""
+        values = {
+            attr.key: getattr(response, attr.key)
+            for attr in inspect(Response).column_attrs
+            if attr.key not in _KEPT_ON_COMPLETION
+        }
+        await self.session.execute(
+            update(Response).where(Response.id == response.id).values(**values)
+        )
+        await self._insert_items(response.id, response.tenant_id, first_position, items)
+
+    async def set_state(
+        self,
+        response_id: str,
+        *,
+        status: str,
+        body: dict[str, Any],
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        await self.session.execute(
+            update(Response)
+            .where(Response.id == response_id)
+            .values(status=status, body=body, error=error, updated_at=utcnow())
+        )
+
+    async def last_sequence(self, response_id: str) -> int:
+        """The highest stored event sequence number, -1 when there is none."""
+        query = select(func.max(ResponseEvent.sequence_number)).where(
+            ResponseEvent.response_id == response_id
+        )
+        found = (await self.session.execute(query)).scalar_one_or_none()
+        return -1 if found is None else int(found)
 
     async def add_events(self, response_id: str, events: Sequence[tuple[int, str]]) -> None:
         if events:

@@ -90,6 +90,8 @@ async def commit_turn(
     events: Sequence[dict[str, Any]] | None,
 ) -> None:
     row, items = build_row(turn, final, output)
+    if events and turn.event_log is not None:
+        events = await turn.event_log.unsaved(events)
     async with db.write() as session:
         if turn.conversation is not None and row.conversation_position is not None:
             # First, so a turn that lost the race raises before writing anything.
@@ -101,8 +103,15 @@ async def commit_turn(
                 [NewConversationItem(i.item_id, i.type, i.data) for i in items],
             )
         repo = ResponseRepository(session)
-        await repo.insert(row, items)
+        if turn.reservation is None:
+            await repo.insert(row, items)
+        else:
+            # Enqueued earlier with its input items: complete that row, add the output.
+            stored = len(turn.reservation.new_input)
+            await repo.complete_reserved(row, items[stored:], first_position=stored)
         if events:
             await repo.add_events(
                 row.id, [(e["sequence_number"], orjson.dumps(e).decode()) for e in events]
             )
+        for step in turn.commit_steps:
+            await step(session, row)

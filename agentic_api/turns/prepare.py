@@ -19,6 +19,7 @@ from agentic_api.turns.errors import (
 from agentic_api.turns.history import load_history
 from agentic_api.turns.local import LocalCheckpoints
 from agentic_api.turns.render import render_body, upstream_fields, upstream_headers
+from agentic_api.turns.steps import CommitStep, EventLog
 from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest
@@ -45,6 +46,17 @@ class Caller:
     cache_salt: str = field(repr=False)
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """A turn whose identity was fixed earlier: a background job, enqueued (response id,
+    creation time, input items with their ids and bytes) by the request that made it and
+    prepared again when a worker runs it. Its row exists; the commit completes it."""
+
+    response_id: str
+    created_at: int
+    new_input: list[Item]
+
+
 @dataclass
 class PreparedTurn:
     caller: Caller
@@ -62,6 +74,16 @@ class PreparedTurn:
     body: bytes
     headers: dict[str, str]
     conversation: ConversationState | None = None
+    reservation: Reservation | None = None
+    # Set by whoever runs the turn: work that commits with it, and where its events
+    # are already being stored (see turns/steps.py).
+    commit_steps: list[CommitStep] = field(default_factory=list)
+    event_log: EventLog | None = None
+
+    @property
+    def records_events(self) -> bool:
+        """Whether the turn's event stream is stored (to be replayed or followed)."""
+        return self.request.store and (self.request.stream or self.request.background)
 
     @property
     def prompt_items(self) -> list[Item]:
@@ -78,10 +100,15 @@ async def prepare_turn(
     request: CreateResponseRequest,
     *,
     local: LocalCheckpoints | None = None,
+    reservation: Reservation | None = None,
 ) -> PreparedTurn:
-    """``local``: a WebSocket connection's own checkpoints, consulted before storage."""
-    response_id = mint_id(IdKind.RESPONSE)
-    new_input = [to_item(v) for v in normalize_input(request.input, assign_ids=request.store)]
+    """``local``: a WebSocket connection's own checkpoints, consulted before storage.
+    ``reservation``: the id, creation time and input a background job was enqueued with."""
+    if reservation is not None:
+        response_id, new_input = reservation.response_id, list(reservation.new_input)
+    else:
+        response_id = mint_id(IdKind.RESPONSE)
+        new_input = [to_item(v) for v in normalize_input(request.input, assign_ids=request.store)]
     parent: Response | None = None
     history: list[Item] = []
     conversation: ConversationState | None = None
@@ -109,7 +136,7 @@ async def prepare_turn(
     elif request.previous_response_id is not None:
         async with db.read() as session:
             repo = ResponseRepository(session)
-            parent = await repo.get(caller.tenant_id, request.previous_response_id)
+            parent = await repo.get(caller.tenant_id, request.previous_response_id, documents=False)
             if parent is None or not parent.store:
                 raise previous_response_not_found(request.previous_response_id)
             if parent.status not in CONTINUABLE:
@@ -140,7 +167,7 @@ async def prepare_turn(
         salt_epoch=caller.salt_epoch,
     )
     changes = fingerprint.diff(parent_fingerprint) if parent_fingerprint else []
-    created_at = int(time.time())
+    created_at = reservation.created_at if reservation else int(time.time())
     fields = upstream_fields(request, cache_salt=caller.cache_salt)
     prompt = [*history, *new_input]
     return PreparedTurn(
@@ -163,6 +190,7 @@ async def prepare_turn(
         body=render_body(fields, prompt),
         headers=upstream_headers(lineage),
         conversation=conversation,
+        reservation=reservation,
     )
 
 

@@ -45,10 +45,16 @@ def upstream_fields(request: CreateResponseRequest, *, cache_salt: str) -> dict[
     # Ours to decide, whatever the client sent: the upstream keeps nothing, streams to
     # us, and caches under the tenant's salt only.
     fields["store"] = False
-    fields["stream"] = True
+    fields["stream"] = streams_upstream(request)
     fields["cache_salt"] = cache_salt
     fields.pop("input", None)
     return fields
+
+
+def streams_upstream(request: CreateResponseRequest) -> bool:
+    """Stream from the upstream only when someone consumes events as they come: relaying
+    and parsing every delta costs time a client waiting for one JSON body never sees."""
+    return request.stream or request.background
 
 
 def render_body(fields: dict[str, Any], items: Sequence[Item]) -> bytes:

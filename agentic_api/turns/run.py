@@ -16,6 +16,8 @@ from agentic_api.turns.channel import TurnChannel
 from agentic_api.turns.commit import commit_turn
 from agentic_api.turns.prepare import PreparedTurn
 from agentic_api.turns.relay import StreamRelay
+from agentic_api.turns.render import streams_upstream
+from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire.items import to_item
 from agentic_api.wire.response_object import finish_response, normalize_usage
 
@@ -40,7 +42,7 @@ async def run_turn(
     is stored) and ``TurnFailed`` if it failed midway (the failure is stored).
     """
     relay = StreamRelay(turn.base)
-    record = turn.request.stream and turn.request.store
+    record = turn.records_events
     events: list[dict[str, Any]] = []
 
     meter = TurnMeter(
@@ -58,6 +60,8 @@ async def run_turn(
             channel.publish(event)
 
     try:
+        if not streams_upstream(turn.request):
+            return meter.finished(await _run_unstreamed(services, turn, relay, emit, events, meter))
         try:
             async with services.upstream.stream_response(turn.body, turn.headers) as stream:
                 if channel is not None:
@@ -84,6 +88,29 @@ async def run_turn(
         meter.close()
         if channel is not None:
             channel.close()
+
+
+async def _run_unstreamed(
+    services: Services,
+    turn: PreparedTurn,
+    relay: StreamRelay,
+    emit: Callable[[dict[str, Any]], None],
+    events: list[dict[str, Any]],
+    meter: TurnMeter,
+) -> dict[str, Any]:
+    """One JSON request and one JSON answer, for clients that wait for the whole object."""
+    try:
+        relay.upstream_final = await services.upstream.create_response(turn.body, turn.headers)
+        meter.upstream_done()
+    except UpstreamInterrupted as exc:
+        meter.upstream_done()
+        # The request reached the model server and was lost on the way back: the turn
+        # happened, and failed.
+        return await _fail(services, turn, relay, emit, events, exc)
+    failure = _upstream_outcome_error(relay)
+    if failure is not None:
+        return await _fail(services, turn, relay, emit, events, failure)
+    return await _complete(services, turn, relay, emit, events)
 
 
 async def _relay(
@@ -153,7 +180,7 @@ async def _complete(
                 turn,
                 final,
                 [to_item(item) for item in output],
-                [*events, terminal] if turn.request.stream else None,
+                [*events, terminal] if turn.records_events else None,
             )
         except ApiError as refused:
             # A typed refusal (a conversation that moved on, a busy database) reaches the
@@ -197,7 +224,7 @@ async def _fail(
     if turn.request.store:
         try:
             await commit_turn(
-                services.db, turn, final, [], [*events, terminal] if turn.request.stream else None
+                services.db, turn, final, [], [*events, terminal] if turn.records_events else None
             )
         except Exception:
             log.exception("could not record the failed response", response_id=turn.response_id)

@@ -28,7 +28,7 @@ class UpstreamStream:
             async for event in parse_sse(self._response.aiter_lines()):
                 yield event
         except httpx.HTTPError as exc:
-            raise from_transport(exc, self._base_url, streaming=True) from exc
+            raise from_transport(exc, self._base_url, sent=True) from exc
 
 
 class UpstreamClient:
@@ -81,12 +81,14 @@ class UpstreamClient:
 
     async def create_response(self, body: bytes, headers: Mapping[str, str]) -> dict[str, Any]:
         """POST a prepared /v1/responses body with ``stream: false``; the response object."""
-        response = await self._request(
-            "POST",
-            "/v1/responses",
-            content=body,
-            headers={**headers, "content-type": "application/json"},
-        )
+        try:
+            response = await self._http.post(
+                "/v1/responses",
+                content=body,
+                headers={**headers, "content-type": "application/json"},
+            )
+        except httpx.HTTPError as exc:
+            raise from_transport(exc, self.base_url, sent=True) from exc
         if response.status_code != 200:
             raise from_status(response.status_code, response.content)
         return _json_object(response)

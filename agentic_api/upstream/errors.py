@@ -10,12 +10,25 @@ import orjson
 from agentic_api.errors import ApiError, UpstreamError
 
 
-def from_transport(
-    exc: httpx.HTTPError, base_url: str, *, streaming: bool = False
-) -> UpstreamError:
-    if streaming and not isinstance(exc, httpx.TimeoutException):
-        return UpstreamError(
-            "The model server's stream ended before the response was complete "
+class UpstreamInterrupted(UpstreamError):
+    """The request reached the upstream, and the answer was lost (not a refusal)."""
+
+
+_BEFORE_SENDING = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+def from_transport(exc: httpx.HTTPError, base_url: str, *, sent: bool = False) -> UpstreamError:
+    """``sent``: the request was handed to the upstream, so a failure now means the answer
+    was lost rather than that the request never arrived."""
+    if sent and not isinstance(exc, _BEFORE_SENDING):
+        if isinstance(exc, httpx.TimeoutException):
+            return UpstreamInterrupted(
+                f"The model server at {base_url} did not answer in time.",
+                status_code=504,
+                code="upstream_timeout",
+            )
+        return UpstreamInterrupted(
+            "The model server's answer ended before the response was complete "
             f"(connection lost: {type(exc).__name__}).",
             code="upstream_stream_interrupted",
         )

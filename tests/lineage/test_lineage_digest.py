@@ -13,6 +13,7 @@ from lineage.digest import (
     digest_chain,
     digest_extend,
     digest_root,
+    extend_digest,
     is_valid_digest,
     prefix_digest,
 )
@@ -123,3 +124,14 @@ def test_extending_a_prefix_digest_equals_digesting_the_longer_list(
 def test_chain_entries_are_the_prefix_digests(model: str, salt: str, xs: list[bytes]) -> None:
     chain = digest_chain(model, salt, xs)
     assert chain == [prefix_digest(model, salt, xs[: i + 1]) for i in range(len(xs))]
+
+
+@given(st.lists(st.binary(max_size=64), max_size=8), st.lists(st.binary(max_size=64), max_size=8))
+def test_extend_digest_continues_a_prefix(head: list[bytes], tail: list[bytes]) -> None:
+    start = prefix_digest("m", "salt", head)
+    assert extend_digest(start, tail) == prefix_digest("m", "salt", [*head, *tail])
+
+
+def test_extend_digest_rejects_a_non_digest() -> None:
+    with pytest.raises(ValueError):
+        extend_digest("not-a-digest", [b"x"])
