@@ -45,6 +45,8 @@ def configure_logging(fmt: str = "json", level: str = "info") -> None:
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(name)s %(message)s")
     # Our own access log carries the request id; uvicorn's would duplicate it without.
     logging.getLogger("uvicorn.access").disabled = True
+    # One line per upstream call would double the log volume and say less than ours.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
