@@ -13,6 +13,7 @@ from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.middleware import BodyMiddleware, RequestContextMiddleware
 from agentic_api.http.routes import (
     admin,
+    compact,
     conversations,
     health,
     input_tokens,
@@ -91,7 +92,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     # input_tokens before responses: /v1/responses/{response_id} would capture its path.
-    for module in (health, models, input_tokens, responses, websocket, conversations, admin):
+    for module in (
+        health,
+        models,
+        input_tokens,
+        compact,
+        responses,
+        websocket,
+        conversations,
+        admin,
+    ):
         app.include_router(module.router)
     if settings.metrics_enabled:
         app.include_router(metrics.router)

@@ -4,10 +4,11 @@ and a raw websocket client."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
-from openai import OpenAI
+from openai import NotFoundError, OpenAI
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -253,3 +254,52 @@ def test_lane_queue_limit(server: RunningServer, tenant: TenantKeys, sim: SimSer
                 completed += 1
     assert set(codes) == {"lane_queue_full"}
     assert completed >= MAX_QUEUED_PER_LANE
+
+
+def test_connection_lifetime_limit(
+    db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from websockets.exceptions import ConnectionClosed
+
+    from agentic_api.app import create_app
+    from tests.conftest import server_settings
+    from tests.support.servers import ThreadedServer
+
+    settings = server_settings(
+        db_url, sim.url, tmp_path_factory.mktemp("ws"), ws_max_connection_seconds=1.0
+    )
+    running = ThreadedServer(create_app(settings)).start()
+    tenant = create_tenant(db_url)
+    try:
+        url = running.url.replace("http://", "ws://") + "/v1/responses"
+        with connect(
+            url, additional_headers={"authorization": f"Bearer {tenant.api_key}"}, open_timeout=10
+        ) as socket:
+            frame = json.loads(socket.recv(timeout=10))
+            assert frame["error"]["code"] == "websocket_connection_limit_reached"
+            with pytest.raises(ConnectionClosed) as closed:
+                socket.recv(timeout=10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
+    finally:
+        running.stop()
+
+
+def test_disconnect_mid_turn_still_stores_the_turn(
+    server: RunningServer, client: OpenAI, tenant: TenantKeys, sim: SimServer
+) -> None:
+    sim.push(Reply("slow words " * 10, event_delay=0.05))
+    with open_socket(server, tenant) as socket:
+        socket.send(
+            json.dumps({"type": "response.create", "model": sim.config.model, "input": "x"})
+        )
+        created = json.loads(socket.recv(timeout=10))
+    response_id = created["response"]["id"]
+    assert sim.wait_done(1, "/v1/responses", timeout=15)
+    for _ in range(100):
+        try:
+            stored = client.responses.retrieve(response_id)
+            break
+        except NotFoundError:
+            time.sleep(0.05)
+    assert stored.status == "completed"
+    assert stored.output_text == "slow words " * 10

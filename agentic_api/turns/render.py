@@ -11,6 +11,7 @@ from typing import Any
 
 from agentic_api.wire.items import Item
 from agentic_api.wire.requests import CreateResponseRequest
+from agentic_api.wire.summary import summary_message
 from lineage import ResponseLineage, canonical_json
 
 # Request fields we read and forward with the client's value when it gave one.
@@ -63,9 +64,17 @@ def render_body(fields: dict[str, Any], items: Sequence[Item]) -> bytes:
     for index, item in enumerate(items):
         if index:
             parts.append(b",")
-        parts.append(item.data)
+        parts.append(upstream_bytes(item))
     parts.append(b"]}")
     return b"".join(parts)
+
+
+def upstream_bytes(item: Item) -> bytes:
+    """An item as the upstream receives it: verbatim, except compaction items, which
+    model servers do not know and get as the message their summary stands for."""
+    if item.type == "compaction":
+        return summary_message(item.as_dict())
+    return item.data
 
 
 def upstream_headers(lineage: ResponseLineage) -> dict[str, str]:

@@ -106,6 +106,12 @@ def _check_item(raw: Any, param: str) -> dict[str, Any]:
             param=f"{param}.call_id",
             code="missing_required_parameter",
         )
+    elif item_type == "compaction" and not isinstance(raw.get("encrypted_content"), str):
+        raise InvalidRequest(
+            f"'{param}.encrypted_content' is required for a compaction item.",
+            param=f"{param}.encrypted_content",
+            code="missing_required_parameter",
+        )
     if raw.get("id") is None and "id" in raw:
         raw = {k: v for k, v in raw.items() if k != "id"}
     checked: dict[str, Any] = raw

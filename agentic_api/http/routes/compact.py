@@ -1,0 +1,29 @@
+"""``POST /v1/responses/compact``: a history compacted by the model into one item."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+
+from agentic_api.http.auth import TenantContext, require_tenant, services_of
+from agentic_api.turns.compaction import compact
+from agentic_api.turns.prepare import Caller
+from agentic_api.wire.requests import parse_create_request, parse_json_object
+
+router = APIRouter(tags=["responses"])
+Tenant = Annotated[TenantContext, Depends(require_tenant)]
+
+
+@router.post("/v1/responses/compact")
+async def compact_history(request: Request, tenant: Tenant) -> dict[str, Any]:
+    services = services_of(request)
+    data = parse_json_object(await request.body())
+    data.setdefault("input", [])
+    # Compacting reads history and stores nothing.
+    data["store"] = False
+    data.pop("stream", None)
+    create, _raw = parse_create_request(orjson.dumps(data))
+    caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
+    return await compact(services, caller, create)
