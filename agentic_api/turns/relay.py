@@ -13,6 +13,19 @@ _SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "respo
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
+def replayable(item: dict[str, Any]) -> dict[str, Any]:
+    """An output item in a form the model server accepts back as history.
+
+    vLLM 0.32 sometimes answers with an assistant message whose ``content`` is empty, and
+    its own renderer fails (HTTP 500) when that message is replayed. We fix the item once,
+    before anyone sees or stores it, so the stream, the stored object and every later
+    replay stay identical: one empty ``output_text`` part, which renders as no text.
+    """
+    if item.get("type") == "message" and item.get("content") == []:
+        return {**item, "content": [{"type": "output_text", "text": "", "annotations": []}]}
+    return item
+
+
 class StreamRelay:
     def __init__(self, base: dict[str, Any]) -> None:
         self.base = base
@@ -69,7 +82,7 @@ class StreamRelay:
             if isinstance(item, dict):
                 if isinstance(item.get("id"), str):
                     self._index_by_upstream_id[item["id"]] = index
-                ours["item"] = {**item, "id": our_id}
+                ours["item"] = replayable({**item, "id": our_id})
             if "item_id" in ours:
                 ours["item_id"] = our_id
         elif isinstance(event.get("item_id"), str):
@@ -95,5 +108,6 @@ class StreamRelay:
         for index, item in enumerate(output):
             if not isinstance(item, dict) or not isinstance(item.get("type"), str):
                 continue
-            result.append({**item, "id": self._id_for(index, item["type"], item.get("id"))})
+            our_id = self._id_for(index, item["type"], item.get("id"))
+            result.append(replayable({**item, "id": our_id}))
         return result
