@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -28,6 +30,7 @@ from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade_async
 from agentic_api.storage.tenants import TenantRepository
+from agentic_api.turns.worker import BackgroundWorkers
 from agentic_api.upstream.client import UpstreamClient
 
 log = get_logger("agentic_api.app")
@@ -63,6 +66,26 @@ async def _ensure_local_tenant(db: Database) -> None:
             await repo.create(LOCAL_TENANT_NAME)
 
 
+async def run_workers(settings: Settings, count: int) -> None:
+    """``agentic-api worker``: background workers and the sweep, no HTTP server, until
+    SIGTERM or SIGINT (then running jobs get the shutdown grace to finish)."""
+    configure_logging(settings.log_format, settings.log_level)
+    services = await build_services(settings)
+    workers = BackgroundWorkers(services, count)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    workers.start()
+    log.info("workers started", database=services.db.dialect, workers=count)
+    try:
+        await stop.wait()
+    finally:
+        await workers.stop(settings.shutdown_grace_seconds)
+        await services.close()
+        log.info("workers stopped")
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_format, settings.log_level)
@@ -72,15 +95,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         services = await build_services(settings)
         app.state.services = services
         app.state.key_cache = KeyCache()
+        workers = BackgroundWorkers(services, settings.background_workers)
+        workers.start()
         log.info(
             "started",
             database=services.db.dialect,
             upstream=settings.upstream_base_url,
             single_tenant=settings.single_tenant,
+            background_workers=settings.background_workers,
         )
         try:
             yield
         finally:
+            # Jobs and detached turns get the same grace, side by side, while the database
+            # and the upstream client are still open.
+            grace = settings.shutdown_grace_seconds
+            await asyncio.gather(workers.stop(grace), services.drain(grace))
             await services.close()
             log.info("stopped")
 

@@ -1,11 +1,12 @@
-"""The ``agentic-api`` command: serve, migrate, and tenant/key administration."""
+"""The ``agentic-api`` command: serve, worker, migrate, and tenant/key administration."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -76,6 +77,9 @@ def serve(
     single_tenant: Annotated[
         bool, typer.Option("--single-tenant", help="Auth off, one local tenant (loopback only).")
     ] = False,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="HTTP worker processes (AGENTIC_HTTP_WORKERS).")
+    ] = None,
 ) -> None:
     """Run the HTTP server."""
     import uvicorn
@@ -83,6 +87,8 @@ def serve(
     from agentic_api.app import create_app
 
     overrides: dict[str, object] = {}
+    if workers is not None:
+        overrides["http_workers"] = workers
     if host is not None:
         overrides["host"] = host
     if port is not None:
@@ -97,14 +103,50 @@ def serve(
     except ConfigError as exc:
         _fail(str(exc), 2)
         return
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=30,
-    )
+    common: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "access_log": False,
+        "timeout_graceful_shutdown": 30,
+    }
+    if settings.http_workers == 1:
+        uvicorn.run(create_app(settings), **common)
+        return
+    # Several processes: prepare what they share once, here, then let each build its app
+    # from the same environment (uvicorn re-imports the factory in every worker).
+    settings.load_server_secret()
+    if settings.should_auto_migrate:
+        if settings.is_sqlite:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        upgrade(settings.resolved_database_url)
+    for name, value in overrides.items():
+        os.environ[f"AGENTIC_{name.upper()}"] = (
+            str(value).lower() if isinstance(value, bool) else str(value)
+        )
+    os.environ["AGENTIC_AUTO_MIGRATE"] = "false"
+    uvicorn.run("agentic_api.app:create_app", factory=True, workers=settings.http_workers, **common)
+
+
+@app.command()
+def worker(
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Jobs run at once (default: AGENTIC_BACKGROUND_WORKERS, at least 1)."
+        ),
+    ] = None,
+) -> None:
+    """Run background-job workers without the HTTP server (scale them apart from the API)."""
+    from agentic_api.app import run_workers
+
+    settings = _settings()
+    try:
+        settings.check()
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+        return
+    asyncio.run(run_workers(settings, workers or max(settings.background_workers, 1)))
 
 
 @app.command()

@@ -95,6 +95,16 @@ BACKGROUND_TASKS = Gauge(
     "agentic_background_tasks",
     "Turns running detached from their request (streams a client may leave); drained on shutdown.",
 )
+BACKGROUND_QUEUE_DEPTH = Gauge(
+    "agentic_background_queue_depth",
+    "Background jobs waiting for a worker, as this process's workers last saw when polling.",
+)
+BACKGROUND_RECOVERED = Counter(
+    "agentic_background_recovered_total",
+    "Jobs whose worker vanished (lease expired): requeued (never reached the model) or "
+    "failed with worker_lost.",
+    ["action"],
+)
 
 
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:

@@ -14,6 +14,22 @@ from agentic_api.upstream.client import UpstreamClient
 
 
 @dataclass
+class BackgroundSignals:
+    """In-process shortcuts for background jobs; the database stays the source of truth
+    (other processes see the same changes by polling it)."""
+
+    # Set when a job is enqueued here, so this process's idle workers claim it at once.
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    # Jobs this process is running, by response id: a cancel made here aborts at once.
+    running: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+
+    def cancel_local(self, response_id: str) -> None:
+        task = self.running.get(response_id)
+        if task is not None and not task.done():
+            task.cancel()
+
+
+@dataclass
 class Services:
     settings: Settings
     db: Database
@@ -22,6 +38,7 @@ class Services:
     secret: bytes
     # Turns running on their own (streams whose client may leave); drained on shutdown.
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    background: BackgroundSignals = field(default_factory=BackgroundSignals)
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)

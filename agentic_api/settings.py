@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import secrets
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 SECRET_FILE_NAME = "server_secret"
 
@@ -25,6 +26,12 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Interface the HTTP server binds to.")
     port: int = Field(8080, ge=0, le=65535, description="TCP port the HTTP server listens on.")
+    http_workers: int = Field(
+        1,
+        ge=1,
+        description="HTTP worker processes `serve` runs (one event loop each); more use more "
+        "cores. They share the database, the secret and the background queue.",
+    )
     production: bool = Field(
         False,
         description="Production mode: the server secret must be given explicitly and "
@@ -116,6 +123,42 @@ class Settings(BaseSettings):
         description="How long an Idempotency-Key and its stored outcome are kept; after "
         "that the key is ignored (a retry runs again) and pruned.",
     )
+    mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names the gateway may call as MCP servers (`type: mcp` tools), "
+        "comma-separated or a JSON list; `*.example.com` matches subdomains, `*` any host. "
+        "Matched against the URL's host, not its resolved address. Loopback hosts are "
+        "governed by mcp_allow_loopback instead. Empty: MCP tools are refused.",
+    )
+    mcp_allow_loopback: bool = Field(
+        False,
+        description="Allow MCP servers on loopback hosts (localhost, 127.0.0.0/8, ::1): for "
+        "local development and tests; never expose a gateway with this on.",
+    )
+    mcp_list_timeout_seconds: float = Field(
+        15.0,
+        gt=0,
+        description="Longest wait for an MCP server to connect and list its tools (once "
+        "per server per turn); past it the request fails with 424.",
+    )
+    mcp_call_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="Longest one MCP tool call may take; past it the call is recorded as "
+        "failed and the model is told so.",
+    )
+    mcp_max_output_bytes: int = Field(
+        64 * 1024,
+        gt=0,
+        description="Largest MCP tool output (UTF-8 bytes) kept and shown to the model; "
+        "longer outputs are cut there and end with a truncation marker.",
+    )
+    max_tool_rounds: int = Field(
+        8,
+        ge=1,
+        description="Most model rounds (upstream requests) one response may take while the "
+        "gateway runs MCP tools between them; a turn that would need more ends incomplete.",
+    )
     metrics_enabled: bool = Field(
         True,
         description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "
@@ -133,6 +176,22 @@ class Settings(BaseSettings):
     def _strip_v1(cls, value: str) -> str:
         value = value.rstrip("/")
         return value.removesuffix("/v1")
+
+    @field_validator("mcp_allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        # One env var holds the list: a JSON array or plain comma-separated names.
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("mcp_allowed_hosts")
+    @classmethod
+    def _lower_hosts(cls, value: list[str]) -> list[str]:
+        return [host.strip().lower().rstrip(".") for host in value if host.strip()]
 
     @cached_property
     def resolved_database_url(self) -> str:

@@ -4,6 +4,7 @@ the real migrations) and our server on a real loopback port."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,3 +107,26 @@ def tenant(server: RunningServer) -> TenantKeys:
 @pytest.fixture
 def client(server: RunningServer, tenant: TenantKeys) -> OpenAI:
     return server.client(tenant, timeout=20)
+
+
+@pytest.fixture
+def fresh_db(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A database of its own for one test (for tests that stop, kill or reconfigure
+    servers, or must not see other tests' background jobs)."""
+    url, pg_name = make_database(backend, tmp_path)
+    yield url
+    if pg_name:
+        drop_pg_database(pg_name)
+
+
+@contextmanager
+def running_server(
+    db_url: str, sim: SimServer, data_dir: Path, **overrides: object
+) -> Iterator[RunningServer]:
+    """An in-process server with its own settings, stopped (gracefully) on exit."""
+    settings = server_settings(db_url, sim.url, data_dir, **overrides)
+    running = ThreadedServer(create_app(settings)).start()
+    try:
+        yield RunningServer(running.url, db_url, settings, "custom")
+    finally:
+        running.stop()

@@ -108,3 +108,46 @@ def _wait_up(base: str, process: subprocess.Popen[str] | subprocess.Popen[bytes]
         except httpx.TransportError:
             time.sleep(0.1)
     raise AssertionError("server did not come up")
+
+
+def test_serve_with_several_worker_processes(cli_env: dict[str, str], sim: SimServer) -> None:
+    created = run_cli(cli_env, "tenant", "create", "multi")
+    key = created.stdout.rsplit(": ", 1)[1].strip()
+    port = free_port()
+    env = {**cli_env, "AGENTIC_UPSTREAM_BASE_URL": sim.url}
+    server = subprocess.Popen(
+        [*CLI, "serve", "--port", str(port), "--workers", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_up(base, server)
+        headers = {"authorization": f"Bearer {key}"}
+        first = httpx.post(
+            f"{base}/v1/responses",
+            headers=headers,
+            timeout=20,
+            json={"model": sim.config.model, "input": "hello"},
+        ).json()
+        # Consecutive turns may land on either process: both share the database.
+        previous = first["id"]
+        for turn in range(4):
+            reply = httpx.post(
+                f"{base}/v1/responses",
+                headers=headers,
+                timeout=20,
+                json={
+                    "model": sim.config.model,
+                    "input": f"more {turn}",
+                    "previous_response_id": previous,
+                },
+            )
+            assert reply.status_code == 200, reply.text
+            previous = reply.json()["id"]
+    finally:
+        server.terminate()
+        output, _ = server.communicate(timeout=30)
+    assert output.count("Started server process") == 2

@@ -46,3 +46,10 @@ async def from_stored(events: Iterable[tuple[int, str]]) -> AsyncIterator[bytes]
     for _sequence, data in events:
         event = orjson.loads(data)
         yield frame_sse(str(event.get("type", "message")), data.encode())
+
+
+async def from_followed(events: AsyncIterator[tuple[int, str]]) -> AsyncIterator[bytes]:
+    """Frames stored events as they are read (a response still running is followed)."""
+    async for _sequence, data in events:
+        event = orjson.loads(data)
+        yield frame_sse(str(event.get("type", "message")), data.encode())

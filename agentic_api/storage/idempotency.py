@@ -38,27 +38,27 @@ class Outcome:
     response_id: str | None
 
 
+@dataclass(frozen=True)
+class NewClaim:
+    request_hash: str
+    token: str
+    now: datetime
+    lease_until: datetime
+    expires_at: datetime
+
+
 class IdempotencyRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def insert_claim(
-        self,
-        ref: KeyRef,
-        *,
-        request_hash: str,
-        token: str,
-        now: datetime,
-        lease_until: datetime,
-        expires_at: datetime,
-    ) -> bool:
+    async def insert_claim(self, ref: KeyRef, claim: NewClaim) -> bool:
         """Claims an unused key; False when a row exists already.
 
         ``ON CONFLICT DO NOTHING`` rather than read-then-insert: on PostgreSQL a second
         request with the same key waits here for the first one's transaction, then sees
         its row (instead of failing on the primary key).
         """
-        dialect = self.session.bind.dialect.name
+        dialect = self.session.get_bind().dialect.name
         insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
         result = await self.session.execute(
             insert(IdempotencyKey)
@@ -66,12 +66,12 @@ class IdempotencyRepository:
                 tenant_id=ref.tenant_id,
                 endpoint=ref.endpoint,
                 key=ref.key,
-                request_hash=request_hash,
+                request_hash=claim.request_hash,
                 status=IN_PROGRESS,
-                owner_token=token,
-                lease_expires_at=lease_until,
-                created_at=now,
-                expires_at=expires_at,
+                owner_token=claim.token,
+                lease_expires_at=claim.lease_until,
+                created_at=claim.now,
+                expires_at=claim.expires_at,
             )
             .on_conflict_do_nothing(index_elements=["tenant_id", "endpoint", "key"])
             .returning(IdempotencyKey.key)
@@ -88,28 +88,19 @@ class IdempotencyRepository:
         )
         return (await self.session.execute(query)).scalar_one_or_none()
 
-    async def reclaim(
-        self,
-        ref: KeyRef,
-        *,
-        request_hash: str,
-        token: str,
-        now: datetime,
-        lease_until: datetime,
-        expires_at: datetime,
-    ) -> None:
+    async def reclaim(self, ref: KeyRef, claim: NewClaim) -> None:
         """Turns a locked row that no longer counts (expired, or a dead claim) into a
         fresh claim."""
         await self.session.execute(
             update(IdempotencyKey)
             .where(*_matches(ref))
             .values(
-                request_hash=request_hash,
+                request_hash=claim.request_hash,
                 status=IN_PROGRESS,
-                owner_token=token,
-                lease_expires_at=lease_until,
-                created_at=now,
-                expires_at=expires_at,
+                owner_token=claim.token,
+                lease_expires_at=claim.lease_until,
+                created_at=claim.now,
+                expires_at=claim.expires_at,
                 result_kind=None,
                 response_id=None,
                 status_code=None,

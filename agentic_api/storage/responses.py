@@ -122,6 +122,25 @@ class ResponseRepository:
         query = select(Response).where(Response.id == response_id, Response.tenant_id == tenant_id)
         return (await self.session.execute(query)).scalar_one_or_none()
 
+    async def lock(self, response_id: str) -> Response | None:
+        """The row, locked until the transaction ends (SQLite: its writers are serialized).
+
+        ``FOR NO KEY UPDATE`` so that event inserts (whose foreign key check only takes a
+        key-share lock) are not blocked; every writer of a background response takes this
+        lock before the job row, so cancels, recoveries and commits cannot deadlock.
+        """
+        query = (
+            select(Response)
+            .where(Response.id == response_id)
+            .with_for_update(key_share=True)
+            .execution_options(populate_existing=True)
+        )
+        return (await self.session.execute(query)).scalar_one_or_none()
+
+    async def status_of(self, response_id: str) -> str | None:
+        query = select(Response.status).where(Response.id == response_id)
+        return (await self.session.execute(query)).scalar_one_or_none()
+
     async def stored_input(self, response_id: str) -> Sequence[StoredItem]:
         query = (
             select(

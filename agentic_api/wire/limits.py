@@ -13,3 +13,5 @@ MAX_INCLUDE_ENTRIES = 32
 MAX_LIST_LIMIT = 100
 # OpenAI accepts at most this many items per Conversations API call (create or append).
 MAX_CONVERSATION_ITEMS_PER_CALL = 20
+# Idempotency-Key header length (it is a primary-key column).
+MAX_IDEMPOTENCY_KEY_LENGTH = 255

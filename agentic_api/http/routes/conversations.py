@@ -12,18 +12,22 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
 from agentic_api.http.auth import TenantContext, require_tenant, services_of
+from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.storage.conversations import (
     ConversationRepository,
     NewConversationItem,
     StoredConversationItem,
 )
+from agentic_api.storage.idempotency import KeyRef, Outcome
 from agentic_api.storage.models import Conversation
 from agentic_api.storage.types import to_unix
+from agentic_api.turns import idempotency
 from agentic_api.turns.errors import conversation_not_found
+from agentic_api.turns.idempotency import Claim
 from agentic_api.wire.admin import ErrorBody
 from agentic_api.wire.conversations import (
     AddItemsRequest,
@@ -43,6 +47,7 @@ from agentic_api.wire.conversations import (
 from agentic_api.wire.items import Item
 from agentic_api.wire.limits import MAX_INCLUDE_ENTRIES, MAX_LIST_LIMIT
 from agentic_api.wire.listing import present_item
+from agentic_api.wire.requests import parse_json_object
 
 # Failures are OpenAI-shaped; "4XX" also replaces FastAPI's default 422 entry, which
 # would be wrong here (validation errors are rendered as 400s).
@@ -144,9 +149,29 @@ async def delete_conversation(
 )
 async def add_items(
     conversation_id: str, request: Request, tenant: Tenant, include: Include = None
-) -> JSONResponse:
-    items = parse_add_items(await request.body())
-    async with services_of(request).db.write() as session:
+) -> Response:
+    key = idempotency_key(request)
+    raw = await request.body()
+    items = parse_add_items(raw)
+    services = services_of(request)
+    async with services.db.write() as session:
+        claim: Claim | None = None
+        if key is not None:
+            # One transaction holds the claim, the append and the recorded outcome: a
+            # failed append rolls the claim back, so a retry runs.
+            claimed = await idempotency.claim_in(
+                session,
+                services.db,
+                KeyRef(tenant.id, idempotency.CONVERSATION_ITEMS, key),
+                idempotency.request_hash(
+                    {"conversation_id": conversation_id, "body": parse_json_object(raw)}
+                ),
+                ttl_seconds=services.settings.idempotency_ttl_seconds,
+                lease_seconds=services.settings.lease_seconds,
+            )
+            if isinstance(claimed, Outcome):
+                return replay(services, claimed)
+            claim = claimed
         repo = ConversationRepository(session)
         start = await repo.append(tenant.id, conversation_id, _new(items))
         if start is None:
@@ -158,8 +183,11 @@ async def add_items(
             if item.id in taken:
                 raise duplicate_item(item.id, f"items[{index}].id")
         await repo.insert_items(tenant.id, conversation_id, start, _new(items))
-    data = [present_item(item.as_dict()) for item in items]
-    return JSONResponse(item_list(data, [item.id for item in items]))
+        data = [present_item(item.as_dict()) for item in items]
+        result = item_list(data, [item.id for item in items])
+        if claim is not None:
+            await claim.complete_in(session, Outcome("json", 200, result, None))
+    return JSONResponse(result)
 
 
 @router.get(

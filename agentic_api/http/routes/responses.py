@@ -1,8 +1,11 @@
-"""/v1/responses: create (JSON or SSE), retrieve (or replay), delete, input items."""
+"""/v1/responses: create (JSON, SSE or background), retrieve (or replay / follow), cancel,
+delete, input items."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import asyncio
+from collections.abc import Coroutine
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
@@ -10,9 +13,14 @@ from starlette.responses import JSONResponse, Response
 
 from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.http.auth import TenantContext, require_tenant, services_of
-from agentic_api.http.sse import from_channel, from_list, from_stored, sse_response
+from agentic_api.http.idempotency import idempotency_key, replay
+from agentic_api.http.sse import from_channel, from_followed, from_list, from_stored, sse_response
+from agentic_api.storage.idempotency import KeyRef, Outcome
 from agentic_api.storage.responses import ResponseRepository
+from agentic_api.turns import background, idempotency
+from agentic_api.turns.background import enqueue, follow
 from agentic_api.turns.channel import TurnChannel
+from agentic_api.turns.idempotency import Claim, requires_store
 from agentic_api.turns.prepare import Caller, prepare_turn
 from agentic_api.turns.replay import rebuild_events
 from agentic_api.turns.run import TurnFailed, run_turn
@@ -20,6 +28,7 @@ from agentic_api.wire.limits import MAX_LIST_LIMIT
 from agentic_api.wire.listing import present_item
 from agentic_api.wire.requests import CreateResponseRequest, parse_create_request
 
+T = TypeVar("T")
 router = APIRouter(tags=["responses"])
 Tenant = Annotated[TenantContext, Depends(require_tenant)]
 
@@ -48,22 +57,50 @@ def response_not_found(response_id: str) -> ApiError:
 )
 async def create_response(request: Request, tenant: Tenant) -> Response:
     services = services_of(request)
-    create, _raw = parse_create_request(await request.body())
-    if create.background:
-        raise InvalidRequest(
-            "Background mode is not available on this server yet.",
-            param="background",
-            code="unsupported_parameter",
+    key = idempotency_key(request)
+    create, raw = parse_create_request(await request.body())
+    caller = caller_of(tenant)
+    claim: Claim | None = None
+    if key is not None:
+        if not create.store:
+            raise requires_store()
+        claimed = await idempotency.claim(
+            services.db,
+            KeyRef(tenant.id, idempotency.RESPONSES, key),
+            idempotency.request_hash(raw),
+            ttl_seconds=services.settings.idempotency_ttl_seconds,
+            lease_seconds=services.settings.lease_seconds,
         )
-    turn = await prepare_turn(services.db, caller_of(tenant), create)
+        if isinstance(claimed, Outcome):
+            return replay(services, claimed)
+        claim = claimed
+    if create.background:
+        queued = await enqueue(services, caller, create, claim=claim)
+        if create.stream:
+            return sse_response(from_followed(follow(services.db, queued["id"], None)))
+        return JSONResponse(queued)
+    try:
+        turn = await prepare_turn(services.db, caller, create)
+    except BaseException:
+        if claim is not None:
+            await claim.release()
+        raise
+    if claim is not None:
+        # The outcome is recorded by the turn's commit, in its transaction.
+        turn.commit_steps.append(claim.records("stream" if create.stream else "json"))
     if create.stream:
         channel = TurnChannel()
-        task = services.spawn(run_turn(services, turn, channel))
-        await channel.wait_opened()
+        task = services.spawn(_held(claim, run_turn(services, turn, channel)))
+        try:
+            await channel.wait_opened()
+        except BaseException:
+            # Let the turn's task release the key before the client can retry.
+            await asyncio.wait({task})
+            raise
         cancel = services.settings.stream_disconnect == "cancel"
         return sse_response(from_channel(channel, task, cancel_on_disconnect=cancel))
     try:
-        final = await run_turn(services, turn)
+        final = await _held(claim, run_turn(services, turn))
     except TurnFailed as failed:
         raise ApiError(
             f"Response '{turn.response_id}' failed: {failed.error.message}",
@@ -72,6 +109,11 @@ async def create_response(request: Request, tenant: Tenant) -> Response:
             code=failed.error.code,
         ) from failed
     return JSONResponse(final)
+
+
+def _held(claim: Claim | None, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+    """``work`` with the Idempotency-Key claim (if any) held while it runs."""
+    return work if claim is None else claim.hold(work)
 
 
 @router.get("/v1/responses/{response_id}")
@@ -91,6 +133,9 @@ async def retrieve_response(
             raise response_not_found(response_id)
         if not stream:
             return JSONResponse(row.body)
+        if row.background:
+            # Its events are stored as they are produced, by whichever process runs it.
+            return sse_response(from_followed(follow(services.db, row.id, starting_after)))
         stored = await repo.events(row.id, starting_after)
         was_streamed = bool(stored) or bool(await repo.events(row.id, None))
     if was_streamed:
@@ -99,6 +144,12 @@ async def retrieve_response(
     return sse_response(
         from_list(e for e in rebuild_events(row.body) if e["sequence_number"] > after)
     )
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, request: Request, tenant: Tenant) -> JSONResponse:
+    """Cancels a queued or running background response; a finished one comes back as is."""
+    return JSONResponse(await background.cancel(services_of(request), tenant.id, response_id))
 
 
 @router.delete("/v1/responses/{response_id}")

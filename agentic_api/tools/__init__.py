@@ -1,0 +1,1 @@
+"""Gateway-run tools: MCP servers the gateway lists and calls on the model's behalf."""

@@ -1,0 +1,104 @@
+"""Our server (or worker) as a real subprocess, to be killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.support.servers import free_port
+
+CLI = [sys.executable, "-m", "agentic_api.cli"]
+SECRET = "test-server-secret-0123456789abcdef"
+
+
+def process_env(db_url: str, upstream: str, data_dir: Path, **settings: object) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIC_")}
+    env.update(
+        {
+            "AGENTIC_DATABASE_URL": db_url,
+            "AGENTIC_UPSTREAM_BASE_URL": upstream,
+            "AGENTIC_DATA_DIR": str(data_dir),
+            "AGENTIC_SERVER_SECRET": SECRET,
+            "AGENTIC_AUTO_MIGRATE": "false",
+            "AGENTIC_LOG_FORMAT": "console",
+            "AGENTIC_LOG_LEVEL": "warning",
+            "AGENTIC_SHUTDOWN_GRACE_SECONDS": "2",
+        }
+    )
+    env.update({f"AGENTIC_{k.upper()}": str(v) for k, v in settings.items()})
+    return env
+
+
+class Process:
+    """``agentic-api serve`` (``url`` set) or ``agentic-api worker``."""
+
+    def __init__(self, env: dict[str, str], *args: str, http: bool = True) -> None:
+        self.port = free_port() if http else None
+        command = [*CLI, *args]
+        if self.port is not None:
+            command += ["--port", str(self.port)]
+        self.log = Path(env["AGENTIC_DATA_DIR"]) / f"process-{time.monotonic_ns()}.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as sink:
+            self.popen = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+
+    @classmethod
+    def serve(cls, env: dict[str, str]) -> Process:
+        process = cls(env, "serve")
+        process.wait_up()
+        return process
+
+    @classmethod
+    def worker(cls, env: dict[str, str], workers: int = 1) -> Process:
+        process = cls(
+            {**env, "AGENTIC_LOG_LEVEL": "info"}, "worker", "--workers", str(workers), http=False
+        )
+        process.wait_for_output("workers started")
+        return process
+
+    def wait_for_output(self, text: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if self.popen.poll() is not None:
+                raise AssertionError(f"process exited:\n{self.output()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} from the process:\n{self.output()}")
+            time.sleep(0.1)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_up(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise AssertionError(f"process exited during start-up:\n{self.output()}")
+            try:
+                httpx.get(f"{self.url}/health", timeout=1)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise AssertionError(f"process did not come up:\n{self.output()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hook, no drain, no rollback but the database's own."""
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")

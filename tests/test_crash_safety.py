@@ -1,0 +1,288 @@
+"""Crash safety with real processes: SIGKILL mid-turn and mid-job, several processes on
+one queue, retries across a crash, cancel across processes (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from openai import BadRequestError, OpenAI
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.processes import Process, process_env
+from tests.support.sql import scalar
+from tests.support.tenants import TenantKeys, create_tenant
+from tests.upstream_sim import Hang, Reply, SimServer
+
+TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
+LEASE_SECONDS = 2
+
+
+@pytest.fixture
+def env(fresh_db: str, sim: SimServer, tmp_path: Path) -> dict[str, str]:
+    return process_env(
+        fresh_db,
+        sim.url,
+        tmp_path / "data",
+        lease_seconds=LEASE_SECONDS,
+        background_poll_seconds=0.2,
+    )
+
+
+@pytest.fixture
+def tenant(fresh_db: str) -> TenantKeys:
+    return create_tenant(fresh_db)
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Process]]:
+    started: list[Process] = []
+    yield started
+    for process in started:
+        process.stop()
+
+
+def client_of(process: Process, tenant: TenantKeys) -> OpenAI:
+    return OpenAI(base_url=f"{process.url}/v1", api_key=tenant.api_key, max_retries=0, timeout=20)
+
+
+def wait_status(client: OpenAI, response_id: str, wanted: set[str], timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while (response := client.responses.retrieve(response_id)).status not in wanted:
+        assert time.monotonic() < deadline, f"still {response.status}"
+        time.sleep(0.05)
+    return response
+
+
+def stream_until_killed(
+    process: Process,
+    tenant: TenantKeys,
+    body: dict[str, Any],
+    headers: dict[str, str] | None = None,
+) -> str:
+    """Starts a streaming turn, kills the server after a few deltas; the response id."""
+    response_id = ""
+    deltas = 0
+    with httpx.stream(
+        "POST",
+        f"{process.url}/v1/responses",
+        json={**body, "stream": True},
+        headers={"authorization": f"Bearer {tenant.api_key}", **(headers or {})},
+        timeout=20,
+    ) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = orjson.loads(line[6:])
+            response_id = response_id or event["response"]["id"]
+            deltas += event["type"] == "response.output_text.delta"
+            if deltas == 5:
+                process.kill()
+                break
+    assert deltas == 5, "the turn ended before it could be killed"
+    return response_id
+
+
+def sse(reply: httpx.Response) -> list[dict[str, Any]]:
+    return [orjson.loads(line[6:]) for line in reply.text.splitlines() if line.startswith("data: ")]
+
+
+def events_of(process: Process, tenant: TenantKeys, response_id: str) -> list[dict[str, Any]]:
+    reply = httpx.get(
+        f"{process.url}/v1/responses/{response_id}",
+        params={"stream": "true"},
+        headers={"authorization": f"Bearer {tenant.api_key}"},
+        timeout=20,
+    )
+    return sse(reply)
+
+
+def count(db_url: str, table: str, response_id: str) -> int:
+    column = "id" if table == "responses" else "response_id"
+    return int(scalar(db_url, f"SELECT count(*) FROM {table} WHERE {column} = :id", id=response_id))
+
+
+def test_a_turn_killed_mid_stream_leaves_nothing_and_the_head_continues(
+    env: dict[str, str],
+    fresh_db: str,
+    tenant: TenantKeys,
+    sim: SimServer,
+    processes: list[Process],
+) -> None:
+    model = sim.config.model
+    server = Process.serve(env)
+    processes.append(server)
+    client = client_of(server, tenant)
+    conversation = client.conversations.create()
+    sim.push(Reply("the first answer"), Reply("word " * 300, event_delay=0.02))
+    first = client.responses.create(
+        model=model, input="first question", conversation=conversation.id
+    )
+    killed = stream_until_killed(
+        server, tenant, {"model": model, "input": "doomed", "conversation": conversation.id}
+    )
+
+    for table in ("responses", "response_items", "response_events"):
+        assert count(fresh_db, table, killed) == 0, table
+    restarted = Process.serve(env)
+    processes.append(restarted)
+    client = client_of(restarted, tenant)
+    with pytest.raises(Exception) as missing:
+        client.responses.retrieve(killed)
+    assert getattr(missing.value, "status_code", None) == 404
+    items = list(client.conversations.items.list(conversation.id, order="asc"))
+    assert [i.id for i in items][-1] == first.output[0].id and len(items) == 2
+
+    sim.push(Reply("still here"), Reply("forked"))
+    after = client.responses.create(model=model, input="again", conversation=conversation.id)
+    assert after.output_text == "still here"
+    sent = sim.last("/v1/responses").json["input"]
+    assert [item["id"] for item in sent[:2]] == [i.id for i in items]
+    forked = client.responses.create(model=model, input="fork", previous_response_id=first.id)
+    assert forked.output_text == "forked"
+
+
+def test_a_background_job_killed_mid_run_ends_failed_after_its_lease(
+    env: dict[str, str],
+    fresh_db: str,
+    tenant: TenantKeys,
+    sim: SimServer,
+    processes: list[Process],
+) -> None:
+    server = Process.serve(env)
+    processes.append(server)
+    client = client_of(server, tenant)
+    sim.push(Reply("slow " * 300, event_delay=0.05))
+    queued = client.responses.create(model=sim.config.model, input="job", background=True)
+    deadline = time.monotonic() + 15
+    while count(fresh_db, "response_events", queued.id) < 3:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    server.kill()
+    assert scalar(fresh_db, "SELECT status FROM responses WHERE id = :id", id=queued.id) == (
+        "in_progress"
+    )
+
+    restarted = Process.serve(env)
+    processes.append(restarted)
+    client = client_of(restarted, tenant)
+    failed = wait_status(client, queued.id, TERMINAL)
+    assert failed.status == "failed" and failed.error.code == "worker_lost"
+    events = events_of(restarted, tenant, queued.id)
+    assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    with pytest.raises(BadRequestError):
+        client.responses.create(
+            model=sim.config.model, input="more", previous_response_id=queued.id
+        )
+    assert sim.calls("/v1/responses") == 1
+
+
+def completed_turns(process: Process) -> float:
+    text = httpx.get(f"{process.url}/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "agentic_turns_total" and sample.labels.get("status") == "completed"
+    )
+
+
+def test_processes_share_the_queue_and_run_each_job_once(
+    env: dict[str, str],
+    tenant: TenantKeys,
+    sim: SimServer,
+    processes: list[Process],
+) -> None:
+    jobs = 12
+    one = Process.serve({**env, "AGENTIC_BACKGROUND_WORKERS": "1"})
+    two = Process.serve({**env, "AGENTIC_BACKGROUND_WORKERS": "1"})
+    worker = Process.worker(env, workers=2)
+    processes.extend([one, two, worker])
+    sim.push(*[Reply(f"answer {n}", delay=0.3) for n in range(jobs)])
+    clients = [client_of(one, tenant), client_of(two, tenant)]
+    ids = [
+        clients[n % 2]
+        .responses.create(model=sim.config.model, input=f"job-{n}-input", background=True)
+        .id
+        for n in range(jobs)
+    ]
+    for response_id in ids:
+        assert wait_status(clients[0], response_id, TERMINAL).status == "completed"
+    bodies = [r.body.decode() for r in sim.requests("/v1/responses")]
+    assert len(bodies) == jobs
+    for n in range(jobs):
+        assert sum(f"job-{n}-input" in body for body in bodies) == 1
+    # The worker process (which has no metrics port) ran some of them.
+    assert completed_turns(one) + completed_turns(two) < jobs
+
+
+def test_retries_across_a_crash_run_the_model_once_more_at_most(
+    env: dict[str, str],
+    tenant: TenantKeys,
+    sim: SimServer,
+    processes: list[Process],
+) -> None:
+    server = Process.serve(env)
+    processes.append(server)
+    key = {"idempotency-key": f"key-{uuid.uuid4().hex}"}
+    request = {"model": sim.config.model, "input": "exactly once"}
+    sim.push(Reply("word " * 300, event_delay=0.02), Reply("the retry's answer"))
+    stream_until_killed(server, tenant, request, key)
+    restarted = Process.serve(env)
+    processes.append(restarted)
+
+    def retry() -> httpx.Response:
+        return httpx.post(
+            f"{restarted.url}/v1/responses",
+            json={**request, "stream": True},
+            headers={"authorization": f"Bearer {tenant.api_key}", **key},
+            timeout=20,
+        )
+
+    # The dead process's claim blocks the key until its lease runs out, then the retry runs.
+    deadline = time.monotonic() + 3 * LEASE_SECONDS + 5
+    while (answer := retry()).status_code == 409:
+        assert answer.json()["error"]["code"] == "idempotency_key_in_progress"
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert answer.status_code == 200
+    events = sse(answer)
+    assert events[-1]["type"] == "response.completed"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "the retry's answer"
+    for _ in range(3):
+        assert sse(retry()) == events
+    assert sim.calls("/v1/responses") == 2
+
+
+def test_a_cancel_through_one_process_stops_the_job_in_another(
+    env: dict[str, str],
+    tenant: TenantKeys,
+    sim: SimServer,
+    processes: list[Process],
+) -> None:
+    api = Process.serve({**env, "AGENTIC_BACKGROUND_WORKERS": "0"})
+    worker = Process.worker(env, workers=1)
+    processes.extend([api, worker])
+    client = client_of(api, tenant)
+    sim.push(Hang(after_events=4))
+    queued = client.responses.create(model=sim.config.model, input="forever", background=True)
+    wait_status(client, queued.id, {"in_progress"})
+    assert sim.wait_for(lambda: sim.calls("/v1/responses") == 1)
+    cancelled = client.responses.cancel(queued.id)
+    assert cancelled.status == "cancelled"
+    assert sim.wait_aborted(1, timeout=5)
+    time.sleep(0.5)
+    events = events_of(api, tenant, queued.id)
+    assert events[-1]["type"] == "response.cancelled"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert client.responses.retrieve(queued.id).status == "cancelled"
+    worker.popen.terminate()
+    assert worker.popen.wait(timeout=20) == 0
