@@ -109,6 +109,8 @@ def serve(
         "log_level": settings.log_level,
         "access_log": False,
         "timeout_graceful_shutdown": 30,
+        # Room for a frame our own limit then refuses with a clear error frame.
+        "ws_max_size": settings.max_body_bytes * 4 + 65536,
     }
     if settings.http_workers == 1:
         uvicorn.run(create_app(settings), **common)

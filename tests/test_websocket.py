@@ -303,3 +303,33 @@ def test_disconnect_mid_turn_still_stores_the_turn(
             time.sleep(0.05)
     assert stored.status == "completed"
     assert stored.output_text == "slow words " * 10
+
+
+def test_oversized_frame_gets_an_error_and_the_connection_survives(
+    db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from agentic_api.app import create_app
+    from tests.conftest import server_settings
+    from tests.support.servers import ThreadedServer
+
+    settings = server_settings(db_url, sim.url, tmp_path_factory.mktemp("ws"), max_body_bytes=2000)
+    running = ThreadedServer(create_app(settings)).start()
+    tenant = create_tenant(db_url)
+    try:
+        url = running.url.replace("http://", "ws://") + "/v1/responses"
+        with connect(
+            url, additional_headers={"authorization": f"Bearer {tenant.api_key}"}, open_timeout=10
+        ) as socket:
+            socket.send(
+                json.dumps(
+                    {"type": "response.create", "model": sim.config.model, "input": "x" * 3000}
+                )
+            )
+            error = json.loads(socket.recv(timeout=10))
+            assert error["status"] == 413 and error["error"]["code"] == "request_too_large"
+            socket.send(
+                json.dumps({"type": "response.create", "model": sim.config.model, "input": "small"})
+            )
+            assert until_terminal(socket)[-1]["type"] == "response.completed"
+    finally:
+        running.stop()

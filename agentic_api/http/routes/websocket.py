@@ -16,7 +16,7 @@ import orjson
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from starlette.responses import JSONResponse
 
-from agentic_api.errors import ApiError, InvalidRequest
+from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge
 from agentic_api.http.auth import TenantContext, authenticate, services_of
 from agentic_api.log import get_logger
 from agentic_api.services import Services
@@ -105,6 +105,13 @@ async def responses_socket(websocket: WebSocket) -> None:
             raw = message.get("text")
             if raw is None and message.get("bytes") is not None:
                 raw = message["bytes"].decode("utf-8", "replace")
+            limit = services.settings.max_body_bytes
+            if raw is not None and len(raw) > limit:
+                # The same bound as an HTTP body; the connection survives an oversized frame.
+                await session.send_error(
+                    PayloadTooLarge(f"A frame may be at most {limit} bytes."), None
+                )
+                continue
             await _dispatch(session, raw or "")
     finally:
         session.closed = True
