@@ -87,16 +87,25 @@ class RunningServer:
         return OpenAI(base_url=f"{self.url}/v1", api_key=tenant.api_key, max_retries=0, **kwargs)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="session")
-def server(
-    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+@contextmanager
+def app_server(
+    backend: str, db_url: str, upstream_url: str, data_dir: Path, **overrides: object
 ) -> Iterator[RunningServer]:
-    settings = server_settings(db_url, sim.url, tmp_path_factory.mktemp("data"))
+    """Our app on a loopback port for the duration of the block."""
+    settings = server_settings(db_url, upstream_url, data_dir, **overrides)
     running = ThreadedServer(create_app(settings)).start()
     try:
         yield RunningServer(running.url, db_url, settings, backend)
     finally:
         running.stop()
+
+
+@pytest.fixture(scope="session")
+def server(
+    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    with app_server(backend, db_url, sim.url, tmp_path_factory.mktemp("data")) as running:
+        yield running
 
 
 @pytest.fixture

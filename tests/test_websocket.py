@@ -12,7 +12,7 @@ from openai import NotFoundError, OpenAI
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.conftest import RunningServer
+from tests.conftest import RunningServer, app_server
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.upstream_sim import Reply, SimServer
 
@@ -257,31 +257,21 @@ def test_lane_queue_limit(server: RunningServer, tenant: TenantKeys, sim: SimSer
 
 
 def test_connection_lifetime_limit(
-    db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     from websockets.exceptions import ConnectionClosed
 
-    from agentic_api.app import create_app
-    from tests.conftest import server_settings
-    from tests.support.servers import ThreadedServer
-
-    settings = server_settings(
-        db_url, sim.url, tmp_path_factory.mktemp("ws"), ws_max_connection_seconds=1.0
-    )
-    running = ThreadedServer(create_app(settings)).start()
     tenant = create_tenant(db_url)
-    try:
-        url = running.url.replace("http://", "ws://") + "/v1/responses"
-        with connect(
-            url, additional_headers={"authorization": f"Bearer {tenant.api_key}"}, open_timeout=10
-        ) as socket:
-            frame = json.loads(socket.recv(timeout=10))
-            assert frame["error"]["code"] == "websocket_connection_limit_reached"
-            with pytest.raises(ConnectionClosed) as closed:
-                socket.recv(timeout=10)
-            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
-    finally:
-        running.stop()
+    data = tmp_path_factory.mktemp("ws")
+    with (
+        app_server(backend, db_url, sim.url, data, ws_max_connection_seconds=1.0) as live,
+        open_socket(live, tenant) as socket,
+    ):
+        frame = json.loads(socket.recv(timeout=10))
+        assert frame["error"]["code"] == "websocket_connection_limit_reached"
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv(timeout=10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
 
 
 def test_disconnect_mid_turn_still_stores_the_turn(
@@ -306,30 +296,18 @@ def test_disconnect_mid_turn_still_stores_the_turn(
 
 
 def test_oversized_frame_gets_an_error_and_the_connection_survives(
-    db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from agentic_api.app import create_app
-    from tests.conftest import server_settings
-    from tests.support.servers import ThreadedServer
-
-    settings = server_settings(db_url, sim.url, tmp_path_factory.mktemp("ws"), max_body_bytes=2000)
-    running = ThreadedServer(create_app(settings)).start()
     tenant = create_tenant(db_url)
-    try:
-        url = running.url.replace("http://", "ws://") + "/v1/responses"
-        with connect(
-            url, additional_headers={"authorization": f"Bearer {tenant.api_key}"}, open_timeout=10
-        ) as socket:
-            socket.send(
-                json.dumps(
-                    {"type": "response.create", "model": sim.config.model, "input": "x" * 3000}
-                )
-            )
-            error = json.loads(socket.recv(timeout=10))
-            assert error["status"] == 413 and error["error"]["code"] == "request_too_large"
-            socket.send(
-                json.dumps({"type": "response.create", "model": sim.config.model, "input": "small"})
-            )
-            assert until_terminal(socket)[-1]["type"] == "response.completed"
-    finally:
-        running.stop()
+    data = tmp_path_factory.mktemp("ws")
+    with (
+        app_server(backend, db_url, sim.url, data, max_body_bytes=2000) as live,
+        open_socket(live, tenant) as socket,
+    ):
+        big = {"type": "response.create", "model": sim.config.model, "input": "x" * 3000}
+        socket.send(json.dumps(big))
+        error = json.loads(socket.recv(timeout=10))
+        assert error["status"] == 413 and error["error"]["code"] == "request_too_large"
+        small = {"type": "response.create", "model": sim.config.model, "input": "small"}
+        socket.send(json.dumps(small))
+        assert until_terminal(socket)[-1]["type"] == "response.completed"

@@ -20,9 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentic_api.app import create_app
-from tests.conftest import RunningServer, server_settings
-from tests.support.servers import ThreadedServer, free_port
+from tests.conftest import RunningServer, app_server
+from tests.support.servers import free_port
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "real_vllm"
 REPORT: list[dict[str, Any]] = []
@@ -61,12 +60,9 @@ def real_vllm() -> Iterator[RealVllm]:
 def real_server(
     backend: str, db_url: str, real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
-    settings = server_settings(db_url, real_vllm.url, tmp_path_factory.mktemp("data"))
-    running = ThreadedServer(create_app(settings)).start()
-    try:
-        yield RunningServer(running.url, db_url, settings, backend)
-    finally:
-        running.stop()
+    data_dir = tmp_path_factory.mktemp("data")
+    with app_server(backend, db_url, real_vllm.url, data_dir) as running:
+        yield running
 
 
 @pytest.fixture
