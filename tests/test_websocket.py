@@ -311,3 +311,23 @@ def test_oversized_frame_gets_an_error_and_the_connection_survives(
         small = {"type": "response.create", "model": sim.config.model, "input": "small"}
         socket.send(json.dumps(small))
         assert until_terminal(socket)[-1]["type"] == "response.completed"
+
+
+def test_shutdown_drains_a_turn_in_flight(
+    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    tenant = create_tenant(db_url)
+    sim.push(Reply("finishing during shutdown " * 4, event_delay=0.05))
+    data = tmp_path_factory.mktemp("ws")
+    with app_server(backend, db_url, sim.url, data) as live:
+        socket = open_socket(live, tenant)
+        socket.send(
+            json.dumps({"type": "response.create", "model": sim.config.model, "input": "x"})
+        )
+        response_id = json.loads(socket.recv(timeout=10))["response"]["id"]
+    # The server has stopped; the turn it was running was finished and stored first.
+    socket.close()
+    with app_server(backend, db_url, sim.url, data) as again:
+        stored = again.client(tenant).responses.retrieve(response_id)
+    assert stored.status == "completed"
+    assert stored.output_text == "finishing during shutdown " * 4
