@@ -113,3 +113,18 @@ def test_count_is_tenant_scoped(client: OpenAI, server: RunningServer, sim: SimS
 def test_upstream_refusal_is_relayed(client: OpenAI, sim: SimServer) -> None:
     with pytest.raises(NotFoundError):
         client.responses.input_tokens.count(model="no-such-model", input="x")
+
+
+def test_count_in_a_conversation_includes_its_items(client: OpenAI, sim: SimServer) -> None:
+    conversation = client.conversations.create(
+        items=[{"type": "message", "role": "user", "content": "earlier context " * 10}]
+    )
+    counted = client.responses.input_tokens.count(
+        model=sim.config.model, input="and now?", conversation=conversation.id
+    )
+    alone = client.responses.input_tokens.count(model=sim.config.model, input="and now?")
+    assert counted.input_tokens > alone.input_tokens
+    created = client.responses.create(
+        model=sim.config.model, input="and now?", conversation=conversation.id
+    )
+    assert counted.input_tokens == created.usage.input_tokens

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import orjson
 
-from agentic_api.errors import InvalidRequest, UpstreamError
+from agentic_api.errors import UpstreamError
 from agentic_api.services import Services
 from agentic_api.turns.prepare import Caller, prepare_turn
 from agentic_api.wire.requests import CreateResponseRequest
@@ -29,13 +29,6 @@ async def count_input_tokens(
     services: Services, caller: Caller, request: CreateResponseRequest
 ) -> int:
     turn = await prepare_turn(services.db, caller, request)
-    if request.conversation is not None and turn.conversation_id is None:
-        # Counting without the conversation's items would return a silently smaller number.
-        raise InvalidRequest(
-            "Conversations are not available on this server yet.",
-            param="conversation",
-            code="unsupported_parameter",
-        )
     body = orjson.loads(turn.body)
     body["stream"] = False
     body["max_output_tokens"] = COUNT_OUTPUT_TOKENS
