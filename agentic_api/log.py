@@ -47,6 +47,10 @@ def configure_logging(fmt: str = "json", level: str = "info") -> None:
     logging.getLogger("uvicorn.access").disabled = True
     # One line per upstream call would double the log volume and say less than ours.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # The MCP SDK's HTTP client and session log requests and (at debug) whole messages,
+    # tool arguments and outputs included: none of that belongs in our logs.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    logging.getLogger("mcp").setLevel(logging.WARNING)
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

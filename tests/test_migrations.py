@@ -48,3 +48,24 @@ def test_upgrade_downgrade_upgrade(kind: str, tmp_path: Path) -> None:
     finally:
         if pg_name:
             drop_pg_database(pg_name)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_durability_tables_come_and_go_with_0002(kind: str, tmp_path: Path) -> None:
+    pg_name = None
+    if kind == "sqlite":
+        url = sqlite_url(tmp_path)
+    else:
+        pg_name, url = create_pg_database()
+    durability = {"background_jobs", "idempotency_keys"}
+    try:
+        migrate.upgrade(url, "0002")
+        assert durability <= table_names(url)
+        migrate.downgrade(url, "0001")
+        tables = table_names(url)
+        assert not durability & tables and "responses" in tables
+        migrate.upgrade(url)
+        assert durability <= table_names(url)
+    finally:
+        if pg_name:
+            drop_pg_database(pg_name)

@@ -16,10 +16,10 @@ message, log line or stored object here carries them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Mapping
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -107,63 +107,96 @@ class McpListFailed(ApiError):
     code = "mcp_list_tools_failed"
 
 
+class McpSessionLost(Exception):
+    """The session ended (the transport failed) before or during a call."""
+
+
 class McpConnection:
-    """One session with one MCP server. ``open``/``close`` must run in the same task
-    (the SDK's transport holds an anyio task group); calls may come from any task."""
+    """One session with one MCP server, held by a task of its own.
+
+    The SDK's transport runs an anyio task group for as long as the session is open, and
+    a task group that fails cancels the task that entered it. Entered in the turn's own
+    task, a crashing transport would cancel the whole turn; entered here, it ends only
+    this session, and calls in flight fail as results.
+    """
 
     def __init__(self, server: McpServer, limits: McpLimits) -> None:
         self.server = server
         self.limits = limits
-        self._stack: AsyncExitStack | None = None
         self._client: Client | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+        self._reconnecting = asyncio.Lock()
         # The last HTTP error status the server answered, which the SDK turns into a
         # generic JSON-RPC error; kept to report it as OpenAI's `http_error`.
         self._http_status: int | None = None
 
     async def open(self) -> None:
-        # No cancel scope around entering: the transport's task group stays open after
-        # this returns, and anyio scopes must close in order. The handshake is bounded by
-        # the session's read timeout and the HTTP client's timeouts instead.
-        stack = AsyncExitStack()
+        self._closing = asyncio.Event()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._runner = asyncio.create_task(self._hold(ready))
         try:
-            http = await stack.enter_async_context(
-                httpx2.AsyncClient(
-                    headers=self.server.headers,
-                    timeout=httpx2.Timeout(self.limits.list_timeout, read=self.limits.call_timeout),
-                    event_hooks={"response": [self._note_status]},
-                )
-            )
-            transport = streamable_http_client(self.server.server_url, http_client=http)
-            self._client = await stack.enter_async_context(
-                Client(transport, read_timeout_seconds=self.limits.list_timeout, cache=None)
-            )
+            # The handshake inside is bounded by the session's read timeout and the HTTP
+            # client's; this bound catches anything that still hangs.
+            await asyncio.wait_for(asyncio.shield(ready), self.limits.list_timeout + _CLOSE_SECONDS)
         except BaseException as exc:
-            with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
-                await stack.aclose()
+            await self.close()
             if isinstance(exc, Exception):
                 raise self._list_failed(exc) from None
             raise
-        self._stack = stack
+
+    async def _hold(self, ready: asyncio.Future[None]) -> None:
+        try:
+            async with (
+                httpx2.AsyncClient(
+                    headers=self.server.headers,
+                    # Reads wait longer than a call may take: the SDK's own timeout must
+                    # fire first, since an HTTP timeout inside the transport ends the
+                    # whole session.
+                    timeout=httpx2.Timeout(
+                        self.limits.list_timeout, read=self.limits.call_timeout + _CLOSE_SECONDS
+                    ),
+                    event_hooks={"response": [self._note_status]},
+                ) as http,
+                Client(
+                    streamable_http_client(self.server.server_url, http_client=http),
+                    read_timeout_seconds=self.limits.list_timeout,
+                    cache=None,
+                ) as client,
+            ):
+                self._client = client
+                ready.set_result(None)
+                await self._closing.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError("closed"))
+            elif isinstance(exc, Exception):
+                log.info(
+                    "mcp session ended", server_label=self.server.server_label, error=_kind(exc)
+                )
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._client = None
 
     async def close(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is None:
+        runner, self._runner = self._runner, None
+        if runner is None:
             return
-        try:
-            with anyio.move_on_after(_CLOSE_SECONDS, shield=True):
-                await stack.aclose()
-        except Exception as exc:
-            # The turn's outcome does not depend on a clean goodbye.
-            log.info(
-                "mcp session close failed", server_label=self.server.server_label, error=_kind(exc)
-            )
+        self._closing.set()
+        # A goodbye (the DELETE ending the session) that does not come quickly is
+        # abandoned: the turn's outcome does not depend on it.
+        done, _ = await asyncio.wait({runner}, timeout=_CLOSE_SECONDS)
+        if not done:
+            runner.cancel()
+            await asyncio.wait({runner}, timeout=_CLOSE_SECONDS)
 
     async def list_tools(self) -> list[ListedTool]:
         """Every tool the server lists (all pages), in its order."""
-        client = self._connected()
         tools: list[ListedTool] = []
         cursor: str | None = None
         try:
+            client = self._connected()
             with anyio.fail_after(self.limits.list_timeout):
                 for _ in range(_MAX_LIST_PAGES):
                     page = await client.list_tools(cursor=cursor)
@@ -183,27 +216,41 @@ class McpConnection:
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> CallOutcome:
         """Runs one call to its end; failures come back as an outcome with ``error``."""
-        client = self._connected()
         started = time.monotonic()
         self._http_status = None
+        timed_out = wire.protocol_error(
+            REQUEST_TIMEOUT, f"The tool call timed out after {self.limits.call_timeout:g} seconds."
+        )
         try:
-            with anyio.fail_after(self.limits.call_timeout):
-                result = await client.call_tool(
+            # The SDK's own timeout, so it abandons the request cleanly (and tells the
+            # server); the outer one only guards against a transport that hangs anyway.
+            await self._reconnect_if_lost()
+            with anyio.fail_after(self.limits.call_timeout + 2 * _CLOSE_SECONDS):
+                result = await self._connected().call_tool(
                     name, dict(arguments), read_timeout_seconds=self.limits.call_timeout
                 )
         except TimeoutError:
-            error = wire.protocol_error(
-                REQUEST_TIMEOUT,
-                f"The tool call timed out after {self.limits.call_timeout:g} seconds.",
-            )
-            return CallOutcome(None, error, time.monotonic() - started)
+            return CallOutcome(None, timed_out, time.monotonic() - started)
         except Exception as exc:
+            leaf = _leaf(exc)
+            if isinstance(leaf, MCPError) and leaf.code == REQUEST_TIMEOUT:
+                return CallOutcome(None, timed_out, time.monotonic() - started)
             return CallOutcome(None, self._call_error(exc), time.monotonic() - started)
         return self._outcome(result, time.monotonic() - started)
 
+    async def _reconnect_if_lost(self) -> None:
+        """A session the transport ended (a dropped connection, a server restart) is
+        opened again once for the next call rather than failing every later round."""
+        async with self._reconnecting:
+            if self._client is not None or self._runner is None:
+                return
+            log.info("mcp session reconnecting", server_label=self.server.server_label)
+            await self.close()
+            await self.open()
+
     def _connected(self) -> Client:
         if self._client is None:
-            raise RuntimeError("the MCP connection is not open")
+            raise McpSessionLost("the MCP session is not open")
         return self._client
 
     async def _note_status(self, response: httpx2.Response) -> None:
@@ -223,6 +270,10 @@ class McpConnection:
             return wire.http_error(self._http_status, _http_reason(self._http_status))
         if isinstance(leaf, MCPError):
             return wire.protocol_error(leaf.code, _short(leaf.message))
+        if isinstance(leaf, McpSessionLost | McpListFailed):
+            return wire.protocol_error(
+                CONNECTION_FAILED, "The session with the MCP server was lost."
+            )
         if isinstance(leaf, httpx2.HTTPError):
             return wire.protocol_error(
                 CONNECTION_FAILED, f"Could not reach the MCP server ({_kind(leaf)})."

@@ -28,6 +28,7 @@ from agentic_api.storage.types import utcnow
 from agentic_api.turns.commit import build_row
 from agentic_api.turns.idempotency import Claim, stream_outcome
 from agentic_api.turns.prepare import Caller, prepare_turn
+from agentic_api.turns.tool_loop import check_mcp_hosts
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import finish_response
 
@@ -51,6 +52,7 @@ async def enqueue(
     """
     try:
         turn = await prepare_turn(services.db, caller, request)
+        check_mcp_hosts(turn, services.settings)
         queued = {**turn.base, "status": "queued"}
         row, items = build_row(turn, queued, [])
         async with services.db.write() as session:

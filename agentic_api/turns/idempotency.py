@@ -114,6 +114,7 @@ class Claim:
             return await work
         finally:
             beat.cancel()
+            await asyncio.wait({beat})
             await self.release()
 
     async def release(self) -> None:

@@ -11,6 +11,8 @@ from agentic_api.errors import InvalidRequest
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository
+from agentic_api.tools.specs import McpServer, has_secrets, parse_servers, redact_tools
+from agentic_api.turns.approvals import PendingApproval, resolve_approvals
 from agentic_api.turns.conversation import ConversationState, load_conversation
 from agentic_api.turns.errors import (
     previous_response_not_continuable,
@@ -79,6 +81,18 @@ class PreparedTurn:
     # are already being stored (see turns/steps.py).
     commit_steps: list[CommitStep] = field(default_factory=list)
     event_log: EventLog | None = None
+    # The request's MCP servers, with their secrets (which ``request`` no longer holds).
+    mcp_servers: list[McpServer] = field(default_factory=list, repr=False)
+    # Answers in the input to approval requests of earlier turns.
+    approvals: list[PendingApproval] = field(default_factory=list)
+    # Set when the turn completes: its output as the model saw it (what is stored and
+    # replayed), which for a turn that ran tools differs from the client's ``output``.
+    model_output: list[Item] | None = None
+
+    @property
+    def runs_tools(self) -> bool:
+        """Whether the gateway runs tools in this turn (so it may take several rounds)."""
+        return bool(self.mcp_servers or self.approvals)
 
     @property
     def records_events(self) -> bool:
@@ -104,6 +118,17 @@ async def prepare_turn(
 ) -> PreparedTurn:
     """``local``: a WebSocket connection's own checkpoints, consulted before storage.
     ``reservation``: the id, creation time and input a background job was enqueued with."""
+    mcp_servers = parse_servers(request.tools)
+    if mcp_servers:
+        if request.background and has_secrets(request.tools):
+            raise InvalidRequest(
+                "MCP 'headers' and 'authorization' are never stored, and a background "
+                "response runs from its stored request; run it in the foreground.",
+                param="background",
+                code="mcp_secrets_in_background",
+            )
+        # From here on the request (echoed, stored, fingerprinted) holds no secret.
+        request = request.model_copy(update={"tools": redact_tools(request.tools)})
     if reservation is not None:
         response_id, new_input = reservation.response_id, list(reservation.new_input)
     else:
@@ -146,6 +171,7 @@ async def prepare_turn(
         parent_link = ParentLineage(parent.id, parent.session_id, parent.depth)
         parent_fingerprint = ExecutionFingerprint.from_dict(parent.fingerprint)
     check_tool_outputs(history, new_input)
+    approvals = resolve_approvals(history, new_input)
 
     lineage = resolve_lineage(
         tenant_id=caller.tenant_id,
@@ -191,6 +217,8 @@ async def prepare_turn(
         headers=upstream_headers(lineage),
         conversation=conversation,
         reservation=reservation,
+        mcp_servers=mcp_servers,
+        approvals=approvals,
     )
 
 

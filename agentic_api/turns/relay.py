@@ -1,5 +1,10 @@
 """Translates the upstream's event stream into ours: our response id, our item ids
-(stable between the stream and the stored object), our sequence numbers."""
+(stable between the stream and the stored object), our sequence numbers.
+
+A turn that runs tools takes several upstream rounds; each round numbers its items from
+0, so ``start_round`` shifts the next round's output indices past the items the client
+has already been shown.
+"""
 
 from __future__ import annotations
 
@@ -38,6 +43,16 @@ class StreamRelay:
         self.upstream_response_id: str | None = None
         self.first_token_seen = False
         self.opened = False
+        # Output index in our response of the upstream round's item 0.
+        self.offset = 0
+
+    def start_round(self, offset: int) -> None:
+        """Forget the previous round (its ids, its final object) before the next one."""
+        self.offset = offset
+        self._ids_by_index = {}
+        self._index_by_upstream_id = {}
+        self.upstream_final = None
+        self.upstream_error = None
 
     def stamp(self, event: dict[str, Any]) -> dict[str, Any]:
         event["sequence_number"] = self._next_sequence
@@ -52,9 +67,10 @@ class StreamRelay:
             self.stamp({"type": "response.in_progress", "response": snapshot}),
         ]
 
-    def translate(self, event: dict[str, Any]) -> dict[str, Any] | None:
+    def translate(self, event: dict[str, Any], *, stamp: bool = True) -> dict[str, Any] | None:
         """Our version of an upstream event, or None when it is ours to emit (snapshots,
-        terminal events) rather than to relay."""
+        terminal events) rather than to relay. ``stamp=False`` leaves the sequence number
+        to whoever may still drop or rewrite the event."""
         kind = event.get("type")
         if not isinstance(kind, str):
             return None
@@ -85,13 +101,14 @@ class StreamRelay:
                 ours["item"] = replayable({**item, "id": our_id})
             if "item_id" in ours:
                 ours["item_id"] = our_id
+            ours["output_index"] = index + self.offset
         elif isinstance(event.get("item_id"), str):
             known = self._index_by_upstream_id.get(event["item_id"])
             if known is not None:
                 ours["item_id"] = self._ids_by_index[known]
         if kind.endswith(".delta"):
             self.first_token_seen = True
-        return self.stamp(ours)
+        return self.stamp(ours) if stamp else ours
 
     def _id_for(self, index: int, item_type: Any, upstream_id: Any) -> str:
         if index not in self._ids_by_index:

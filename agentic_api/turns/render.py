@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentic_api.tools.specs import is_mcp
 from agentic_api.wire.items import Item
+from agentic_api.wire.mcp import CLIENT_ONLY_TYPES
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.summary import summary_message
 from lineage import ResponseLineage, canonical_json
@@ -43,6 +45,10 @@ def upstream_fields(request: CreateResponseRequest, *, cache_salt: str) -> dict[
         if value is not None:
             fields[name] = value
     fields.update(request.passthrough())
+    if any(is_mcp(tool) for tool in fields.get("tools") or ()):
+        # MCP servers are the gateway's to call (turns/tool_loop.py presents their
+        # tools as functions); a model server that knows MCP must never call them.
+        fields["tools"] = [tool for tool in fields["tools"] if not is_mcp(tool)]
     # Ours to decide, whatever the client sent: the upstream keeps nothing, streams to
     # us, and caches under the tenant's salt only.
     fields["store"] = False
@@ -61,19 +67,28 @@ def streams_upstream(request: CreateResponseRequest) -> bool:
 def render_body(fields: dict[str, Any], items: Sequence[Item]) -> bytes:
     head = canonical_json(fields)
     parts = [head[:-1], b',"input":[']
-    for index, item in enumerate(items):
-        if index:
+    first = True
+    for item in items:
+        data = upstream_bytes(item)
+        if data is None:
+            continue
+        if not first:
             parts.append(b",")
-        parts.append(upstream_bytes(item))
+        first = False
+        parts.append(data)
     parts.append(b"]}")
     return b"".join(parts)
 
 
-def upstream_bytes(item: Item) -> bytes:
+def upstream_bytes(item: Item) -> bytes | None:
     """An item as the upstream receives it: verbatim, except compaction items, which
-    model servers do not know and get as the message their summary stands for."""
+    model servers do not know and get as the message their summary stands for, and
+    MCP bookkeeping items (tool listings, approval requests and answers), which carry
+    nothing for the model and are not sent at all (None)."""
     if item.type == "compaction":
         return summary_message(item.as_dict())
+    if item.type in CLIENT_ONLY_TYPES:
+        return None
     return item.data
 
 

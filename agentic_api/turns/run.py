@@ -1,4 +1,6 @@
-"""Running a prepared turn: one streamed upstream request, relayed, then committed."""
+"""Running a prepared turn: one upstream request (streamed and relayed, or one JSON
+call), then committed. Turns in which the gateway runs tools take several rounds
+(``turns/tool_loop.py``); both end through ``turns/outcome.py``."""
 
 from __future__ import annotations
 
@@ -6,31 +8,28 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
-from agentic_api.errors import ApiError, UpstreamError
-from agentic_api.log import get_logger
+from agentic_api.errors import ApiError
 from agentic_api.metrics import TurnMeter
 from agentic_api.services import Services
 from agentic_api.turns.channel import TurnChannel
 from agentic_api.turns.commit import commit_turn
+from agentic_api.turns.outcome import (
+    Emit,
+    TurnFailed,
+    complete_turn,
+    fail_turn,
+    pump,
+    upstream_outcome_error,
+)
 from agentic_api.turns.prepare import PreparedTurn
 from agentic_api.turns.relay import StreamRelay
 from agentic_api.turns.render import streams_upstream
+from agentic_api.turns.tool_loop import run_tool_turn
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire.items import to_item
 from agentic_api.wire.response_object import finish_response, normalize_usage
 
-log = get_logger("agentic_api.turns.run")
-
-
-class TurnFailed(Exception):
-    """The model run failed after the stream had started; carries the failed object."""
-
-    def __init__(self, response: dict[str, Any], error: ApiError) -> None:
-        super().__init__(error.message)
-        self.response = response
-        self.error = error
+__all__ = ["TurnFailed", "run_turn", "run_without_model"]
 
 
 async def run_turn(
@@ -60,6 +59,10 @@ async def run_turn(
             channel.publish(event)
 
     try:
+        if turn.runs_tools:
+            return meter.finished(
+                await run_tool_turn(services, turn, relay, emit, events, meter, channel)
+            )
         if not streams_upstream(turn.request):
             return meter.finished(await _run_unstreamed(services, turn, relay, emit, events, meter))
         try:
@@ -68,7 +71,7 @@ async def run_turn(
                     channel.opened()
                 for event in relay.opening_events():
                     emit(event)
-                failure = await _relay(stream.events(), relay, emit)
+                failure = await pump(stream.events(), relay, _relay_as_is(relay, emit))
             meter.upstream_done()
         except ApiError as exc:
             if not relay.opened:
@@ -77,9 +80,9 @@ async def run_turn(
                 raise
             failure = exc
         if failure is None:
-            failure = _upstream_outcome_error(relay)
+            failure = upstream_outcome_error(relay)
         if failure is not None:
-            return await _fail(services, turn, relay, emit, events, failure)
+            await fail_turn(services, turn, relay, emit, events, failure)
         return meter.finished(await _complete(services, turn, relay, emit, events))
     except TurnFailed as failed:
         meter.finished(failed.response)
@@ -106,134 +109,44 @@ async def _run_unstreamed(
         meter.upstream_done()
         # The request reached the model server and was lost on the way back: the turn
         # happened, and failed.
-        return await _fail(services, turn, relay, emit, events, exc)
-    failure = _upstream_outcome_error(relay)
+        await fail_turn(services, turn, relay, emit, events, exc)
+    failure = upstream_outcome_error(relay)
     if failure is not None:
-        return await _fail(services, turn, relay, emit, events, failure)
+        await fail_turn(services, turn, relay, emit, events, failure)
     return await _complete(services, turn, relay, emit, events)
 
 
-async def _relay(
-    upstream_events: Any, relay: StreamRelay, emit: Callable[[dict[str, Any]], None]
-) -> ApiError | None:
-    try:
-        async for sse in upstream_events:
-            if sse.data == "[DONE]":
-                break
-            try:
-                parsed = orjson.loads(sse.data)
-            except orjson.JSONDecodeError:
-                return UpstreamError("The model server sent an undecodable event.")
-            if not isinstance(parsed, dict):
-                continue
-            ours = relay.translate(parsed)
-            if ours is not None:
-                emit(ours)
-            if relay.upstream_final is not None or relay.upstream_error is not None:
-                break
-    except ApiError as exc:
-        return exc
-    return None
+def _relay_as_is(relay: StreamRelay, emit: Emit) -> Callable[[dict[str, Any]], None]:
+    def handle(event: dict[str, Any]) -> None:
+        ours = relay.translate(event)
+        if ours is not None:
+            emit(ours)
 
-
-def _upstream_outcome_error(relay: StreamRelay) -> ApiError | None:
-    if relay.upstream_error is not None:
-        message = relay.upstream_error.get("message") or "the model server reported an error"
-        return UpstreamError(f"The model server failed mid-stream: {message}")
-    final = relay.upstream_final
-    if final is None:
-        return UpstreamError(
-            "The model server's stream ended before the response was complete.",
-            code="upstream_stream_interrupted",
-        )
-    if final.get("status") == "failed":
-        error = final.get("error") or {}
-        message = error.get("message") if isinstance(error, dict) else None
-        return UpstreamError(f"The model failed: {message or 'no reason given'}")
-    return None
+    return handle
 
 
 async def _complete(
     services: Services,
     turn: PreparedTurn,
     relay: StreamRelay,
-    emit: Callable[[dict[str, Any]], None],
+    emit: Emit,
     events: list[dict[str, Any]],
 ) -> dict[str, Any]:
     upstream = relay.upstream_final or {}
-    status = "incomplete" if upstream.get("status") == "incomplete" else "completed"
     output = relay.final_output()
-    final = finish_response(
-        turn.base,
-        status=status,
+    return await complete_turn(
+        services,
+        turn,
+        relay,
+        emit,
+        events,
+        status="incomplete" if upstream.get("status") == "incomplete" else "completed",
         output=output,
+        model_output=[to_item(item) for item in output],
         usage=normalize_usage(upstream.get("usage")),
-        completed_at=int(time.time()),
         upstream=upstream,
-        incomplete_details=upstream.get("incomplete_details") if status == "incomplete" else None,
+        incomplete_details=upstream.get("incomplete_details"),
     )
-    terminal = relay.stamp({"type": f"response.{status}", "response": final})
-    if turn.request.store:
-        try:
-            await commit_turn(
-                services.db,
-                turn,
-                final,
-                [to_item(item) for item in output],
-                [*events, terminal] if turn.records_events else None,
-            )
-        except ApiError as refused:
-            # A typed refusal (a conversation that moved on, a busy database) reaches the
-            # client as it is; the transaction rolled back, so nothing was stored.
-            log.warning("commit refused", response_id=turn.response_id, code=refused.code)
-            emit(relay.stamp(_error_event(refused)))
-            raise
-        except Exception as exc:
-            log.exception("commit failed", response_id=turn.response_id)
-            error = ApiError(
-                "The response could not be saved; it was not stored and cannot be continued.",
-                status_code=500,
-                code="commit_failed",
-            )
-            emit(relay.stamp(_error_event(error)))
-            raise error from exc
-    emit(terminal)
-    return final
-
-
-async def _fail(
-    services: Services,
-    turn: PreparedTurn,
-    relay: StreamRelay,
-    emit: Callable[[dict[str, Any]], None],
-    events: list[dict[str, Any]],
-    failure: ApiError,
-) -> dict[str, Any]:
-    log.warning("turn failed", response_id=turn.response_id, reason=failure.message)
-    final = finish_response(
-        turn.base,
-        status="failed",
-        output=[],
-        usage=None,
-        completed_at=None,
-        error={"code": failure.code or "server_error", "message": failure.message},
-    )
-    error_event = relay.stamp(_error_event(failure))
-    emit(error_event)
-    terminal = relay.stamp({"type": "response.failed", "response": final})
-    if turn.request.store:
-        try:
-            await commit_turn(
-                services.db, turn, final, [], [*events, terminal] if turn.records_events else None
-            )
-        except Exception:
-            log.exception("could not record the failed response", response_id=turn.response_id)
-    emit(terminal)
-    raise TurnFailed(final, failure)
-
-
-def _error_event(error: ApiError) -> dict[str, Any]:
-    return {"type": "error", "code": error.code, "message": error.message, "param": error.param}
 
 
 async def run_without_model(services: Services, turn: PreparedTurn) -> list[dict[str, Any]]:

@@ -87,6 +87,7 @@ class BackgroundWorkers:
         self.services.background.wakeup.set()
         if self._sweeper is not None:
             self._sweeper.cancel()
+            await asyncio.wait({self._sweeper})
         if not self._workers:
             return
         _done, pending = await asyncio.wait(self._workers, timeout=grace_seconds)
@@ -138,6 +139,9 @@ class BackgroundWorkers:
         pruned = float("-inf")
         while not self._stopping:
             try:
+                # Also here, so the gauge stays current while every worker is busy.
+                async with self.services.db.read() as session:
+                    BACKGROUND_QUEUE_DEPTH.set(await JobRepository(session).queued_count())
                 await recover_expired(self.services)
                 if time.monotonic() - pruned >= PRUNE_EVERY_SECONDS:
                     async with self.services.db.write() as session:

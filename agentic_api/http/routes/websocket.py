@@ -247,7 +247,10 @@ async def _serve_create(
             session.local.evict(request.previous_response_id)
         return
     if final["status"] in ("completed", "incomplete"):
-        _remember(session, lane_key, turn, final["output"])
+        # What the model saw, which differs from the client's output when tools ran.
+        seen = turn.model_output
+        output = final["output"] if seen is None else [item.as_dict() for item in seen]
+        _remember(session, lane_key, turn, output)
 
 
 def _remember(

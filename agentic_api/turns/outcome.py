@@ -1,0 +1,166 @@
+"""How a turn ends, whichever way it ran (one upstream round or several): the final
+object committed, then the terminal event; or the failure stored, then
+``response.failed``. Also the upstream event pump the runners share."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, NoReturn
+
+import orjson
+
+from agentic_api.errors import ApiError, UpstreamError
+from agentic_api.log import get_logger
+from agentic_api.services import Services
+from agentic_api.turns.commit import commit_turn
+from agentic_api.turns.prepare import PreparedTurn
+from agentic_api.turns.relay import StreamRelay
+from agentic_api.upstream.sse import SseEvent
+from agentic_api.wire.items import Item
+from agentic_api.wire.response_object import finish_response
+
+log = get_logger("agentic_api.turns.run")
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+class TurnFailed(Exception):
+    """The model run failed after the stream had started; carries the failed object."""
+
+    def __init__(self, response: dict[str, Any], error: ApiError) -> None:
+        super().__init__(error.message)
+        self.response = response
+        self.error = error
+
+
+async def pump(
+    upstream_events: AsyncIterator[SseEvent],
+    relay: StreamRelay,
+    handle: Callable[[dict[str, Any]], None],
+) -> ApiError | None:
+    """Feeds each decoded upstream event to ``handle`` until the upstream's terminal
+    event or error (which the relay keeps); returns the transport's failure, if any."""
+    try:
+        async for sse in upstream_events:
+            if sse.data == "[DONE]":
+                break
+            try:
+                parsed = orjson.loads(sse.data)
+            except orjson.JSONDecodeError:
+                return UpstreamError("The model server sent an undecodable event.")
+            if not isinstance(parsed, dict):
+                continue
+            handle(parsed)
+            if relay.upstream_final is not None or relay.upstream_error is not None:
+                break
+    except ApiError as exc:
+        return exc
+    return None
+
+
+def upstream_outcome_error(relay: StreamRelay) -> ApiError | None:
+    if relay.upstream_error is not None:
+        message = relay.upstream_error.get("message") or "the model server reported an error"
+        return UpstreamError(f"The model server failed mid-stream: {message}")
+    final = relay.upstream_final
+    if final is None:
+        return UpstreamError(
+            "The model server's stream ended before the response was complete.",
+            code="upstream_stream_interrupted",
+        )
+    if final.get("status") == "failed":
+        error = final.get("error") or {}
+        message = error.get("message") if isinstance(error, dict) else None
+        return UpstreamError(f"The model failed: {message or 'no reason given'}")
+    return None
+
+
+async def complete_turn(
+    services: Services,
+    turn: PreparedTurn,
+    relay: StreamRelay,
+    emit: Emit,
+    events: list[dict[str, Any]],
+    *,
+    status: str,
+    output: list[dict[str, Any]],
+    model_output: Sequence[Item],
+    usage: dict[str, Any],
+    upstream: dict[str, Any],
+    incomplete_details: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Commits the turn and sends its terminal event. ``output`` is what the client
+    sees; ``model_output`` what the model saw, which is what is stored and replayed."""
+    final = finish_response(
+        turn.base,
+        status=status,
+        output=output,
+        usage=usage,
+        completed_at=int(time.time()),
+        upstream=upstream,
+        incomplete_details=incomplete_details if status == "incomplete" else None,
+    )
+    terminal = relay.stamp({"type": f"response.{status}", "response": final})
+    if turn.request.store:
+        try:
+            await commit_turn(
+                services.db,
+                turn,
+                final,
+                model_output,
+                [*events, terminal] if turn.records_events else None,
+            )
+        except ApiError as refused:
+            # A typed refusal (a conversation that moved on, a busy database) reaches the
+            # client as it is; the transaction rolled back, so nothing was stored.
+            log.warning("commit refused", response_id=turn.response_id, code=refused.code)
+            emit(relay.stamp(error_event(refused)))
+            raise
+        except Exception as exc:
+            log.exception("commit failed", response_id=turn.response_id)
+            error = ApiError(
+                "The response could not be saved; it was not stored and cannot be continued.",
+                status_code=500,
+                code="commit_failed",
+            )
+            emit(relay.stamp(error_event(error)))
+            raise error from exc
+    turn.model_output = list(model_output)
+    emit(terminal)
+    return final
+
+
+async def fail_turn(
+    services: Services,
+    turn: PreparedTurn,
+    relay: StreamRelay,
+    emit: Emit,
+    events: list[dict[str, Any]],
+    failure: ApiError,
+) -> NoReturn:
+    """Stores the failure (input only: never a checkpoint) and ends the stream."""
+    log.warning("turn failed", response_id=turn.response_id, reason=failure.message)
+    final = finish_response(
+        turn.base,
+        status="failed",
+        output=[],
+        usage=None,
+        completed_at=None,
+        error={"code": failure.code or "server_error", "message": failure.message},
+    )
+    emit(relay.stamp(error_event(failure)))
+    terminal = relay.stamp({"type": "response.failed", "response": final})
+    if turn.request.store:
+        try:
+            await commit_turn(
+                services.db, turn, final, [], [*events, terminal] if turn.records_events else None
+            )
+        except Exception:
+            log.exception("could not record the failed response", response_id=turn.response_id)
+    emit(terminal)
+    raise TurnFailed(final, failure)
+
+
+def error_event(error: ApiError) -> dict[str, Any]:
+    return {"type": "error", "code": error.code, "message": error.message, "param": error.param}
