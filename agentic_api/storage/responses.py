@@ -19,12 +19,24 @@ _KEPT_ON_COMPLETION = frozenset({"id", "tenant_id", "created_at", "deleted_at"})
 
 @dataclass(frozen=True)
 class StoredItem:
+    """One item row, in the column order of ``_ITEM_COLUMNS``."""
+
     response_id: str
     position: int
     item_id: str
     role: str
     type: str
     data: str
+
+
+_ITEM_COLUMNS = (
+    ResponseItem.response_id,
+    ResponseItem.position,
+    ResponseItem.item_id,
+    ResponseItem.role,
+    ResponseItem.type,
+    ResponseItem.data,
+)
 
 
 @dataclass(frozen=True)
@@ -64,14 +76,7 @@ class ResponseRepository:
         """
         chain = _ancestors(tenant_id, response_id)
         query = (
-            select(
-                ResponseItem.response_id,
-                ResponseItem.position,
-                ResponseItem.item_id,
-                ResponseItem.role,
-                ResponseItem.type,
-                ResponseItem.data,
-            )
+            select(*_ITEM_COLUMNS)
             .join(chain, chain.c.id == ResponseItem.response_id)
             .where(ResponseItem.tenant_id == tenant_id)
             .order_by(chain.c.hops.desc(), ResponseItem.position)
@@ -143,14 +148,7 @@ class ResponseRepository:
 
     async def stored_input(self, response_id: str) -> Sequence[StoredItem]:
         query = (
-            select(
-                ResponseItem.response_id,
-                ResponseItem.position,
-                ResponseItem.item_id,
-                ResponseItem.role,
-                ResponseItem.type,
-                ResponseItem.data,
-            )
+            select(*_ITEM_COLUMNS)
             .where(ResponseItem.response_id == response_id, ResponseItem.role == "input")
             .order_by(ResponseItem.position)
         )
@@ -219,14 +217,9 @@ class ResponseRepository:
         limit: int,
         descending: bool,
     ) -> Sequence[StoredItem]:
-        query = select(
-            ResponseItem.response_id,
-            ResponseItem.position,
-            ResponseItem.item_id,
-            ResponseItem.role,
-            ResponseItem.type,
-            ResponseItem.data,
-        ).where(ResponseItem.response_id == response_id, ResponseItem.role == "input")
+        query = select(*_ITEM_COLUMNS).where(
+            ResponseItem.response_id == response_id, ResponseItem.role == "input"
+        )
         if after_position is not None:
             query = query.where(
                 ResponseItem.position < after_position
