@@ -6,9 +6,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import CTE, and_, delete, func, insert, inspect, literal, select, update
+from sqlalchemy import (
+    CTE,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    inspect,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import defer
+from sqlalchemy.sql.elements import BindParameter
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem
 from agentic_api.storage.types import utcnow
@@ -74,32 +86,24 @@ class ResponseRepository:
         grow with the depth of the chain. Deleted ancestors still contribute their
         items: deleting a response hides it, it does not rewrite its descendants' past.
         """
-        chain = _ancestors(tenant_id, response_id)
-        query = (
-            select(*_ITEM_COLUMNS)
-            .join(chain, chain.c.id == ResponseItem.response_id)
-            .where(ResponseItem.tenant_id == tenant_id)
-            .order_by(chain.c.hops.desc(), ResponseItem.position)
+        connection = await self.session.connection()
+        result = await connection.execute(
+            _CHAIN_ITEMS, {"tenant_id": tenant_id, "response_id": response_id}
         )
-        rows = (await self.session.execute(query)).all()
-        return [StoredItem(*row) for row in rows]
+        return [StoredItem(*row) for row in result.all()]
 
     async def chain_root(self, tenant_id: str, response_id: str) -> Response | None:
         """The oldest ancestor of a response (itself when it has no parent), deleted
         or not: where its ``previous_response_id`` chain begins."""
-        chain = _ancestors(tenant_id, response_id)
-        query = (
-            select(Response)
-            .join(chain, chain.c.id == Response.id)
-            .where(Response.tenant_id == tenant_id)
-            .order_by(chain.c.hops.desc())
-            .limit(1)
-        )
-        return (await self.session.execute(query)).scalar_one_or_none()
+        params = {"tenant_id": tenant_id, "response_id": response_id}
+        return (await self.session.execute(_CHAIN_ROOT, params)).scalar_one_or_none()
 
     async def insert(self, response: Response, items: Sequence[NewItem]) -> None:
-        self.session.add(response)
-        await self.session.flush()
+        # A plain INSERT of the attributes set (the ORM's unit of work costs more than the
+        # statement on every turn); unset columns take their defaults as with session.add.
+        values = {key: value for key, value in vars(response).items() if key in _COLUMN_KEYS}
+        connection = await self.session.connection()
+        await connection.execute(insert(Response), values)
         await self._insert_items(response.id, response.tenant_id, 0, items)
 
     async def _insert_items(
@@ -259,18 +263,41 @@ class ResponseRepository:
         return int((await self.session.execute(query)).scalar_one())
 
 
-def _ancestors(tenant_id: str, response_id: str) -> CTE:
+def _ancestors() -> CTE:
     """A response and its ancestors with their distance from it (``hops``), as one
-    recursive CTE, so walking a chain costs one query whatever its depth."""
+    recursive CTE, so walking a chain costs one query whatever its depth. Built once, with
+    ``tenant_id`` and ``response_id`` as parameters."""
+    tenant: BindParameter[str] = bindparam("tenant_id")
+    response: BindParameter[str] = bindparam("response_id")
     chain = (
         select(Response.id, Response.previous_response_id, literal(0).label("hops"))
-        .where(Response.id == response_id, Response.tenant_id == tenant_id)
+        .where(Response.id == response, Response.tenant_id == tenant)
         .cte("chain", recursive=True)
     )
     parent = select(
         Response.id, Response.previous_response_id, (chain.c.hops + 1).label("hops")
     ).join(
         chain,
-        and_(Response.id == chain.c.previous_response_id, Response.tenant_id == tenant_id),
+        and_(Response.id == chain.c.previous_response_id, Response.tenant_id == tenant),
     )
     return chain.union_all(parent)
+
+
+_CHAIN = _ancestors()
+# Tenant scoping happens in the chain (both of its steps filter on tenant_id). Filtering
+# the items on tenant_id as well would invite SQLite to scan all of the tenant's items
+# through that index and probe the chain, instead of looking up the chain's few responses.
+_CHAIN_ITEMS = (
+    select(*_ITEM_COLUMNS)
+    .select_from(_CHAIN)
+    .join(ResponseItem, ResponseItem.response_id == _CHAIN.c.id)
+    .order_by(_CHAIN.c.hops.desc(), ResponseItem.position)
+)
+_CHAIN_ROOT = (
+    select(Response)
+    .join(_CHAIN, _CHAIN.c.id == Response.id)
+    .where(Response.tenant_id == bindparam("tenant_id"))
+    .order_by(_CHAIN.c.hops.desc())
+    .limit(1)
+)
+_COLUMN_KEYS = frozenset(column.key for column in Response.__table__.columns)
