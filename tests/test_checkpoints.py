@@ -107,3 +107,35 @@ def test_disconnecting_stream_client_still_commits_the_turn(
     )
     assert outputs == 1
     assert sim.last("/v1/responses").aborted is False
+
+
+def test_chain_stays_verifiable_across_a_salt_rotation(
+    server: RunningServer, client: OpenAI, tenant: TenantKeys, sim: SimServer
+) -> None:
+    from tests.support.tenants import create_admin_key
+
+    first = client.responses.create(model=sim.config.model, input="one")
+    second = client.responses.create(
+        model=sim.config.model, input="two", previous_response_id=first.id
+    )
+    admin = create_admin_key(server.db_url)
+    rotated = httpx.post(
+        f"{server.url}/admin/v1/tenants/{tenant.id}/rotate_salt",
+        headers={"authorization": f"Bearer {admin}"},
+    )
+    assert rotated.status_code == 200, rotated.text
+    salts = [sim.last("/v1/responses").json["cache_salt"]]
+    # The digest of turn 3 is recomputed under the new epoch; turn 4 extends it.
+    third = client.responses.create(
+        model=sim.config.model, input="three", previous_response_id=second.id
+    )
+    salts.append(sim.last("/v1/responses").json["cache_salt"])
+    fourth = client.responses.create(
+        model=sim.config.model, input="four", previous_response_id=third.id
+    )
+    fifth = client.responses.create(
+        model=sim.config.model, input="five", previous_response_id=fourth.id
+    )
+    assert salts[0] != salts[1]
+    assert fifth.status == "completed"
+    assert len(sim.last("/v1/responses").json["input"]) == 9

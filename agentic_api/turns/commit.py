@@ -18,7 +18,23 @@ from agentic_api.turns.conversation import append_turn
 from agentic_api.turns.history import salt_identity
 from agentic_api.turns.prepare import CONTINUABLE, PreparedTurn
 from agentic_api.wire.items import Item
-from lineage import prefix_digest
+from lineage import extend_digest, prefix_digest
+
+
+def _visible_digest(turn: PreparedTurn, visible: Sequence[Item]) -> str:
+    """The prefix digest over everything the model saw in this turn and produced."""
+    parent = turn.parent
+    if (
+        turn.history_digest is not None
+        and parent is not None
+        and parent.model == turn.request.model
+        and parent.salt_epoch == turn.caller.salt_epoch
+    ):
+        # Same model and salt: the parent's verified digest is this chain's prefix.
+        tail = visible[len(turn.history) :]
+        return extend_digest(turn.history_digest, (item.data for item in tail))
+    identity = salt_identity(turn.caller.tenant_id, turn.caller.salt_epoch)
+    return prefix_digest(turn.request.model, identity, (item.data for item in visible))
 
 
 def build_row(
@@ -57,15 +73,7 @@ def build_row(
             for c in turn.fingerprint_changes
         ],
         salt_epoch=turn.caller.salt_epoch,
-        prefix_digest=(
-            prefix_digest(
-                turn.request.model,
-                salt_identity(turn.caller.tenant_id, turn.caller.salt_epoch),
-                (item.data for item in visible),
-            )
-            if continuable
-            else None
-        ),
+        prefix_digest=_visible_digest(turn, visible) if continuable else None,
         history_item_count=len(visible),
         input_item_count=len(turn.new_input),
         output_item_count=len(output) if continuable else 0,

@@ -76,6 +76,9 @@ class PreparedTurn:
     body: bytes
     headers: dict[str, str]
     conversation: ConversationState | None = None
+    # The verified digest of ``history`` under the parent's model and salt epoch, when the
+    # history is exactly the parent's: the commit extends it instead of rehashing it all.
+    history_digest: str | None = None
     reservation: Reservation | None = None
     # Set by whoever runs the turn: work that commits with it, and where its events
     # are already being stored (see turns/steps.py).
@@ -138,6 +141,7 @@ async def prepare_turn(
     history: list[Item] = []
     conversation: ConversationState | None = None
     parent_link: ParentLineage | None = None
+    history_digest: str | None = None
     parent_fingerprint: ExecutionFingerprint | None = None
     if request.conversation_id is not None:
         context = await load_conversation(db, caller.tenant_id, request.conversation_id)
@@ -167,6 +171,7 @@ async def prepare_turn(
             if parent.status not in CONTINUABLE:
                 raise previous_response_not_continuable(parent.id, parent.status)
             history = await load_history(repo, parent)
+            history_digest = parent.prefix_digest
     if parent is not None:
         parent_link = ParentLineage(parent.id, parent.session_id, parent.depth)
         parent_fingerprint = ExecutionFingerprint.from_dict(parent.fingerprint)
@@ -216,6 +221,7 @@ async def prepare_turn(
         body=render_body(fields, prompt),
         headers=upstream_headers(lineage),
         conversation=conversation,
+        history_digest=history_digest,
         reservation=reservation,
         mcp_servers=mcp_servers,
         approvals=approvals,
