@@ -19,7 +19,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import defer
 from sqlalchemy.sql.elements import BindParameter
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem
@@ -70,14 +69,14 @@ class ResponseRepository:
 
         ``documents=False`` leaves out the stored object and request, which a continuation
         does not need and which are the largest part of the row."""
-        query = select(Response).where(
-            Response.id == response_id,
-            Response.tenant_id == tenant_id,
-            Response.deleted_at.is_(None),
-        )
-        if not documents:
-            query = query.options(defer(Response.body), defer(Response.request))
-        return (await self.session.execute(query)).scalar_one_or_none()
+        params = {"tenant_id": tenant_id, "response_id": response_id}
+        if documents:
+            return (await self.session.execute(_LIVE_RESPONSE, params)).scalar_one_or_none()
+        # A continuation only reads the row, once, so it skips the ORM's identity map and
+        # loading machinery: a plain row turned into a detached Response.
+        connection = await self.session.connection()
+        row = (await connection.execute(_LIVE_CHECKPOINT, params)).first()
+        return None if row is None else Response(**row._mapping)
 
     async def chain_items(self, tenant_id: str, response_id: str) -> Sequence[StoredItem]:
         """Every item of a response and its ancestors, oldest turn first, in one query.
@@ -110,7 +109,8 @@ class ResponseRepository:
         self, response_id: str, tenant_id: str, first_position: int, items: Sequence[NewItem]
     ) -> None:
         if items:
-            await self.session.execute(
+            connection = await self.session.connection()
+            await connection.execute(
                 insert(ResponseItem),
                 [
                     {
@@ -301,3 +301,12 @@ _CHAIN_ROOT = (
     .limit(1)
 )
 _COLUMN_KEYS = frozenset(column.key for column in Response.__table__.columns)
+_LIVE = (
+    Response.id == bindparam("response_id"),
+    Response.tenant_id == bindparam("tenant_id"),
+    Response.deleted_at.is_(None),
+)
+_LIVE_RESPONSE = select(Response).where(*_LIVE)
+_LIVE_CHECKPOINT = select(
+    *(column for column in Response.__table__.columns if column.key not in ("body", "request"))
+).where(*_LIVE)
