@@ -336,3 +336,24 @@ def test_shutdown_fails_a_job_it_cannot_finish(
     )
     error = scalar(fresh_db, "SELECT error FROM responses WHERE id = :id", id=queued.id)
     assert "worker_lost" in str(error) and "shut down" in str(error)
+
+
+def test_deleting_a_running_job_stops_it(
+    server: RunningServer, client: OpenAI, sim: SimServer
+) -> None:
+    sim.push(Hang(after_events=3))
+    queued = client.responses.create(model=sim.config.model, input="forever", background=True)
+    wait_status(client, queued.id, {"in_progress"})
+    assert sim.wait_for(lambda: sim.calls("/v1/responses") == 1)
+    client.responses.delete(queued.id)
+    assert sim.wait_aborted(1)
+    with pytest.raises(NotFoundError):
+        client.responses.retrieve(queued.id)
+    assert (
+        scalar(
+            server.db_url,
+            "SELECT status FROM responses WHERE id = :id",
+            id=queued.id,
+        )
+        == "cancelled"
+    )

@@ -18,7 +18,7 @@ from agentic_api.http.sse import from_channel, from_followed, from_list, from_st
 from agentic_api.storage.idempotency import KeyRef, Outcome
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.turns import background, idempotency
-from agentic_api.turns.background import enqueue, follow
+from agentic_api.turns.background import TERMINAL_STATUSES, enqueue, follow
 from agentic_api.turns.channel import TurnChannel
 from agentic_api.turns.idempotency import Claim, requires_store
 from agentic_api.turns.prepare import Caller, prepare_turn
@@ -155,6 +155,11 @@ async def cancel_response(response_id: str, request: Request, tenant: Tenant) ->
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request, tenant: Tenant) -> dict[str, Any]:
     services = services_of(request)
+    async with services.db.read() as session:
+        row = await ResponseRepository(session).get(tenant.id, response_id)
+    if row is not None and row.background and row.status not in TERMINAL_STATUSES:
+        # A deleted response must not keep running (and spending) in a worker.
+        await background.cancel(services, tenant.id, response_id)
     async with services.db.write() as session:
         deleted = await ResponseRepository(session).mark_deleted(tenant.id, response_id)
     if not deleted:
