@@ -48,8 +48,34 @@ async def from_stored(events: Iterable[tuple[int, str]]) -> AsyncIterator[bytes]
         yield frame_sse(str(event.get("type", "message")), data.encode())
 
 
-async def from_followed(events: AsyncIterator[tuple[int, str]]) -> AsyncIterator[bytes]:
-    """Frames stored events as they are read (a response still running is followed)."""
-    async for _sequence, data in events:
-        event = orjson.loads(data)
-        yield frame_sse(str(event.get("type", "message")), data.encode())
+KEEPALIVE_SECONDS = 15.0
+KEEPALIVE = b": keep-alive\n\n"
+
+
+async def from_followed(
+    events: AsyncIterator[tuple[int, str]], keepalive_seconds: float = KEEPALIVE_SECONDS
+) -> AsyncIterator[bytes]:
+    """Frames stored events as they are read (a response still running is followed).
+
+    A job may wait in the queue for a while; an SSE comment every ``keepalive_seconds``
+    keeps proxies from closing a stream that has nothing to say yet."""
+    iterator = aiter(events)
+    pending: asyncio.Task[tuple[int, str]] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({pending}, timeout=keepalive_seconds)
+            if not done:
+                yield KEEPALIVE
+                continue
+            try:
+                _sequence, data = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            event = orjson.loads(data)
+            yield frame_sse(str(event.get("type", "message")), data.encode())
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
