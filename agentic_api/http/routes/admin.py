@@ -37,7 +37,6 @@ from agentic_api.wire.admin import (
     CreateApiKeyRequest,
     CreateTenantRequest,
     Deletion,
-    ErrorBody,
     IssuedApiKey,
     ListPage,
     TenantCreated,
@@ -45,11 +44,9 @@ from agentic_api.wire.admin import (
     list_page,
     metadata_filters,
     page_of,
-    present_chain,
-    present_timeline,
-    present_tree,
     unix,
 )
+from agentic_api.wire.errors import ErrorBody
 from agentic_api.wire.limits import (
     MAX_LIST_LIMIT,
     MAX_METADATA_KEY_LENGTH,
@@ -57,6 +54,7 @@ from agentic_api.wire.limits import (
     MAX_METADATA_VALUE_LENGTH,
     MAX_MODEL_LENGTH,
 )
+from agentic_api.wire.timeline import present_chain, present_timeline, present_tree
 
 # Only documents the scheme in OpenAPI (auto_error off); require_admin does the checking.
 _admin_bearer = HTTPBearer(

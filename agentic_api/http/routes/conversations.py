@@ -28,7 +28,6 @@ from agentic_api.storage.types import to_unix
 from agentic_api.turns import idempotency
 from agentic_api.turns.errors import conversation_not_found
 from agentic_api.turns.idempotency import Claim
-from agentic_api.wire.admin import ErrorBody
 from agentic_api.wire.conversations import (
     AddItemsRequest,
     ConversationDeleted,
@@ -44,6 +43,7 @@ from agentic_api.wire.conversations import (
     parse_create,
     parse_update,
 )
+from agentic_api.wire.errors import ErrorBody
 from agentic_api.wire.items import Item
 from agentic_api.wire.limits import MAX_INCLUDE_ENTRIES, MAX_LIST_LIMIT
 from agentic_api.wire.listing import present_item
