@@ -28,7 +28,7 @@ from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository, StoredItem
 from agentic_api.turns.errors import conversation_history_changed
 from agentic_api.wire.items import Item
-from lineage import IdKind, digest_chain, id_kind
+from lineage import IdKind, id_kind, prefix_digest
 
 log = get_logger("agentic_api.turns.history")
 
@@ -77,17 +77,15 @@ async def _with_conversation_prefix(
     return [*earlier, *later]
 
 
-def verify(parent: Response, items: Sequence[Item]) -> list[str]:
-    """Checks items against the parent's checkpoint; returns the digest chain."""
+def verify(parent: Response, items: Sequence[Item]) -> None:
+    """Checks items against the parent's checkpoint: same count, same prefix digest."""
     if len(items) != parent.history_item_count:
         _refuse(parent, f"expected {parent.history_item_count} items, found {len(items)}")
-    chain = digest_chain(
+    computed = prefix_digest(
         parent.model, salt_identity(parent.tenant_id, parent.salt_epoch), (i.data for i in items)
     )
-    computed = chain[-1] if chain else None
     if parent.prefix_digest is None or computed != parent.prefix_digest:
         _refuse(parent, "the prefix digest does not match the stored items")
-    return chain
 
 
 def conversation_history(

@@ -27,6 +27,7 @@ from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import base_response
 from lineage import (
+    CONTENT_SESSION_ITEMS,
     ExecutionFingerprint,
     FingerprintChange,
     IdKind,
@@ -184,7 +185,7 @@ async def prepare_turn(
         conversation_id=request.conversation_id,
         parent=parent_link,
         prompt_cache_key=request.prompt_cache_key,
-        first_items=[item.data for item in (history or new_input)],
+        first_items=[item.data for item in (history or new_input)[:CONTENT_SESSION_ITEMS]],
     )
     fingerprint = ExecutionFingerprint.build(
         model=request.model,

@@ -137,7 +137,8 @@ async def retrieve_response(
             # Its events are stored as they are produced, by whichever process runs it.
             return sse_response(from_followed(follow(services.db, row.id, starting_after)))
         stored = await repo.events(row.id, starting_after)
-        was_streamed = bool(stored) or bool(await repo.events(row.id, None))
+        # Nothing after the cursor may still mean a streamed response read to its end.
+        was_streamed = bool(stored) or await repo.last_sequence(row.id) >= 0
     if was_streamed:
         return sse_response(from_stored(stored))
     after = -1 if starting_after is None else starting_after
