@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from sqlalchemy import event, text
@@ -23,57 +23,79 @@ class DatabaseBusy(ApiError):
 
 
 class Database:
-    def __init__(self, engine: AsyncEngine) -> None:
+    """Sessions over one database. On SQLite a turn's critical-path work (reading the
+    checkpoint it continues, committing it) gets sessions of its own, whose statements run
+    on the event loop's thread (``turn_read`` / ``turn_write``, see
+    ``storage/sqlite_driver.py``); elsewhere they are the same as ``read`` / ``write``."""
+
+    def __init__(self, engine: AsyncEngine, turn_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
-        event.listen(engine.sync_engine, "before_cursor_execute", _count_statement)
+        self.turn_engine = turn_engine or engine
         self.dialect = engine.dialect.name
-        self._reader = async_sessionmaker(engine, expire_on_commit=False)
-        writer_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
-        self._writer = async_sessionmaker(writer_engine, expire_on_commit=False)
+        self._reader, self._writer = _sessionmakers(engine)
+        self._turn_reader, self._turn_writer = _sessionmakers(self.turn_engine)
+        for counted in {engine, self.turn_engine}:
+            event.listen(counted.sync_engine, "before_cursor_execute", _count_statement)
 
     @classmethod
     def from_url(cls, url: str, *, pool_size: int = 10) -> Database:
-        return cls(create_engine(url, pool_size=pool_size))
+        engine = create_engine(url, pool_size=pool_size)
+        if engine.dialect.name != "sqlite":
+            return cls(engine)
+        return cls(engine, create_engine(url, pool_size=pool_size, inline=True))
 
     @property
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
 
-    @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncSession]:
+    def read(self) -> AbstractAsyncContextManager[AsyncSession]:
         """A session for reads; closing it releases (and rolls back) its connection while
         the objects it loaded stay usable."""
+        return self._read(self._reader)
+
+    def write(self) -> AbstractAsyncContextManager[AsyncSession]:
+        """A write transaction committed on clean exit, rolled back on any error."""
+        return self._write(self._writer)
+
+    def turn_read(self) -> AbstractAsyncContextManager[AsyncSession]:
+        """``read`` for a few small statements on a turn's critical path."""
+        return self._read(self._turn_reader)
+
+    def turn_write(self) -> AbstractAsyncContextManager[AsyncSession]:
+        """``write`` for a few small statements on a turn's critical path."""
+        return self._write(self._turn_writer)
+
+    @asynccontextmanager
+    async def _read(
+        self, sessions: async_sessionmaker[AsyncSession]
+    ) -> AsyncIterator[AsyncSession]:
         started = time.perf_counter()
         try:
-            async with self._reader() as session:
+            async with sessions() as session:
                 yield session
         finally:
             DB_TRANSACTION_DURATION.labels("read").observe(time.perf_counter() - started)
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncSession]:
-        """A write transaction committed on clean exit, rolled back on any error."""
+    async def _write(
+        self, sessions: async_sessionmaker[AsyncSession]
+    ) -> AsyncIterator[AsyncSession]:
         started = time.perf_counter()
         try:
-            async with self._transaction() as session:
-                yield session
+            async with sessions() as session:
+                try:
+                    yield session
+                    await session.commit()
+                except DBAPIError as exc:
+                    await session.rollback()
+                    if _is_lock_timeout(exc):
+                        raise DatabaseBusy("the database is busy; retry the request") from exc
+                    raise
+                except BaseException:
+                    await session.rollback()
+                    raise
         finally:
             DB_TRANSACTION_DURATION.labels("write").observe(time.perf_counter() - started)
-
-    @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[AsyncSession]:
-        async with self._writer() as session:
-            try:
-                yield session
-                await session.commit()
-            except DBAPIError as exc:
-                await session.rollback()
-                if _is_lock_timeout(exc):
-                    raise DatabaseBusy("the database is busy; retry the request") from exc
-                raise
-            except BaseException:
-                await session.rollback()
-                raise
 
     async def ping(self) -> None:
         async with self.engine.connect() as connection:
@@ -81,6 +103,19 @@ class Database:
 
     async def close(self) -> None:
         await self.engine.dispose()
+        if self.turn_engine is not self.engine:
+            await self.turn_engine.dispose()
+
+
+def _sessionmakers(
+    engine: AsyncEngine,
+) -> tuple[async_sessionmaker[AsyncSession], async_sessionmaker[AsyncSession]]:
+    """Readers, and writers that take SQLite's write lock when they begin."""
+    writer_engine = engine.execution_options(sqlite_begin="IMMEDIATE")
+    return (
+        async_sessionmaker(engine, expire_on_commit=False),
+        async_sessionmaker(writer_engine, expire_on_commit=False),
+    )
 
 
 def _is_lock_timeout(exc: DBAPIError) -> bool:

@@ -10,6 +10,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from agentic_api.storage.sqlite_driver import INLINE_DRIVER, ONE_HOP_DRIVER
+
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
@@ -22,9 +24,13 @@ def _dump_json(value: Any) -> str:
 _JSON_CODEC: dict[str, Any] = {"json_serializer": _dump_json, "json_deserializer": orjson.loads}
 
 
-def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEngine:
+def create_engine(
+    url: str, *, pool_size: int = 10, echo: bool = False, inline: bool = False
+) -> AsyncEngine:
+    """``inline``: SQLite only, the driver that runs statements on the event loop's
+    thread (``storage/sqlite_driver.py``), for a turn's short critical-path work."""
     if url.startswith("sqlite"):
-        return _sqlite_engine(url, echo=echo)
+        return _sqlite_engine(url, echo=echo, inline=inline)
     return create_async_engine(
         url,
         echo=echo,
@@ -36,12 +42,16 @@ def create_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> Async
     )
 
 
-def _sqlite_engine(url: str, *, echo: bool) -> AsyncEngine:
+def _sqlite_engine(url: str, *, echo: bool, inline: bool) -> AsyncEngine:
     kwargs: dict[str, Any] = {"echo": echo, **_JSON_CODEC}
     if ":memory:" in url or url.rstrip("/").endswith("sqlite+aiosqlite:"):
         # A private in-memory database would vanish between pooled connections.
         raise ValueError("in-memory SQLite is not supported; give the database a file")
-    engine = create_async_engine(url, **kwargs)
+    driver = INLINE_DRIVER if inline else ONE_HOP_DRIVER
+    engine = create_async_engine(url.replace("sqlite+aiosqlite:", f"sqlite+{driver}:", 1), **kwargs)
+    # The inline driver waits for locks without blocking the loop, and leaves WAL
+    # checkpoints to a worker thread (see storage/sqlite_driver.py).
+    busy_timeout_ms = 0 if inline else SQLITE_BUSY_TIMEOUT_MS
 
     @event.listens_for(engine.sync_engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
@@ -50,8 +60,10 @@ def _sqlite_engine(url: str, *, echo: bool) -> AsyncEngine:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        if inline:
+            cursor.execute("PRAGMA wal_autocheckpoint=0")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

@@ -100,7 +100,7 @@ async def commit_turn(
     row, items = build_row(turn, final, output)
     if events and turn.event_log is not None:
         events = await turn.event_log.unsaved(events)
-    async with db.write() as session:
+    async with db.turn_write() as session:
         if turn.conversation is not None and row.conversation_position is not None:
             # First, so a turn that lost the race raises before writing anything.
             await append_turn(

@@ -45,7 +45,7 @@ class ConversationContext:
 async def load_conversation(
     db: Database, tenant_id: str, conversation_id: str
 ) -> ConversationContext:
-    async with db.read() as session:
+    async with db.turn_read() as session:
         repo = ConversationRepository(session)
         conversation = await repo.get(tenant_id, conversation_id)
         if conversation is None:

@@ -164,7 +164,7 @@ async def prepare_turn(
         parent_link = ParentLineage(checkpoint.response_id, checkpoint.session_id, checkpoint.depth)
         parent_fingerprint = checkpoint.fingerprint
     elif request.previous_response_id is not None:
-        async with db.read() as session:
+        async with db.turn_read() as session:
             repo = ResponseRepository(session)
             parent = await repo.get(caller.tenant_id, request.previous_response_id, documents=False)
             if parent is None or not parent.store:

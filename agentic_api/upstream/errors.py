@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 
 from agentic_api.errors import ApiError, UpstreamError
@@ -14,14 +14,17 @@ class UpstreamInterrupted(UpstreamError):
     """The request reached the upstream, and the answer was lost (not a refusal)."""
 
 
-_BEFORE_SENDING = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# Failures that happen before a byte of the request can have reached the upstream.
+_BEFORE_SENDING = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
-def from_transport(exc: httpx.HTTPError, base_url: str, *, sent: bool = False) -> UpstreamError:
+def from_transport(
+    exc: aiohttp.ClientError | TimeoutError, base_url: str, *, sent: bool = False
+) -> UpstreamError:
     """``sent``: the request was handed to the upstream, so a failure now means the answer
     was lost rather than that the request never arrived."""
     if sent and not isinstance(exc, _BEFORE_SENDING):
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, TimeoutError):
             return UpstreamInterrupted(
                 f"The model server at {base_url} did not answer in time.",
                 status_code=504,
@@ -32,13 +35,13 @@ def from_transport(exc: httpx.HTTPError, base_url: str, *, sent: bool = False) -
             f"(connection lost: {type(exc).__name__}).",
             code="upstream_stream_interrupted",
         )
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, TimeoutError):
         return UpstreamError(
             f"The model server at {base_url} did not answer in time ({type(exc).__name__}).",
             status_code=504,
             code="upstream_timeout",
         )
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, aiohttp.ClientConnectorError):
         return UpstreamError(
             f"The model server at {base_url} could not be reached.",
             status_code=502,

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# One `bench overhead` run, end to end: the simulator (with a latency model), our server and
+# (if installed) the agentic-api 0.9.0 peer, each on its own loopback port, then the bench.
+#
+#   scripts/bench/overhead.sh [NAME] [CONCURRENCY] [DEPTHS] [PROBES]
+#
+# Env: OUT (default docs/benchmarks), DB (sqlite | postgres; default sqlite),
+# WORKERS (our HTTP workers, default 1), PEER (default: ~/.cache/agentic-api/peer-venv, set
+# to "" to leave it out; install: python3 -m venv DIR && DIR/bin/pip install agentic-api==0.9.0).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+NAME=${1:-overhead_sim_sqlite_c1}
+CONC=${2:-1}
+DEPTHS=${3:-10,40,200}
+PROBES=${4:-40}
+OUT=${OUT:-docs/benchmarks}
+DB=${DB:-sqlite}
+WORKERS=${WORKERS:-1}
+PEER=${PEER-$HOME/.cache/agentic-api/peer-venv}
+BASE_PORT=${BASE_PORT:-18700}
+SIM_PORT=$BASE_PORT OURS_PORT=$((BASE_PORT + 1)) PEER_PORT=$((BASE_PORT + 2))
+PY=.venv/bin/python
+
+WORK=$(mktemp -d /tmp/agentic-bench.XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [[ "$DB" == "postgres" ]]; then
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS agentic_bench" || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+wait_http() {
+  for _ in $(seq 1 100); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "not up: $1" >&2
+  return 1
+}
+
+$PY -m tests.upstream_sim --port "$SIM_PORT" --model sim-model --block-size 32 \
+  --max-model-len 1000000 --prefill-seconds-per-token 0.00005 \
+  --decode-seconds-per-token 0.002 --log-level warning >"$WORK/sim.log" 2>&1 &
+pids+=($!)
+wait_http "http://127.0.0.1:$SIM_PORT/health"
+
+export AGENTIC_DATA_DIR=$WORK/ours AGENTIC_UPSTREAM_BASE_URL=http://127.0.0.1:$SIM_PORT
+export AGENTIC_PORT=$OURS_PORT AGENTIC_HTTP_WORKERS=$WORKERS AGENTIC_LOG_LEVEL=warning
+if [[ "$DB" == "postgres" ]]; then
+  psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS agentic_bench"
+  psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE agentic_bench"
+  export AGENTIC_DATABASE_URL=postgresql+asyncpg://postgres@127.0.0.1:5432/agentic_bench
+  .venv/bin/agentic-api migrate >/dev/null
+fi
+KEY=$(.venv/bin/agentic-api tenant create bench | sed -n "s/^api key (shown once): //p")
+.venv/bin/agentic-api serve >"$WORK/ours.log" 2>&1 &
+pids+=($!)
+wait_http "http://127.0.0.1:$OURS_PORT/health"
+
+targets=(--target "ours=http://127.0.0.1:$OURS_PORT")
+if [[ -n "$PEER" && -x "$PEER/bin/agentic-server" ]]; then
+  mkdir -p "$WORK/peer/home"
+  HOME=$WORK/peer/home "$PEER/bin/agentic-server" --llm-api-base "http://127.0.0.1:$SIM_PORT" \
+    --gateway-host 127.0.0.1 --gateway-port "$PEER_PORT" \
+    --db-url "sqlite://$WORK/peer/peer.db" >"$WORK/peer.log" 2>&1 &
+  pids+=($!)
+  wait_http "http://127.0.0.1:$PEER_PORT/health"
+  targets+=(--target "peer=http://127.0.0.1:$PEER_PORT")
+fi
+
+.venv/bin/agentic-api bench overhead --direct "http://127.0.0.1:$SIM_PORT" "${targets[@]}" \
+  --api-key "ours=$KEY" --depths "$DEPTHS" --probes "$PROBES" --concurrency "$CONC" \
+  --out "$OUT" --name "$NAME"

@@ -1,0 +1,204 @@
+"""The SQLite drivers of storage/sqlite_driver.py: what they save, and that the inline one
+never blocks the event loop while another connection holds the write lock."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from agentic_api.storage import sqlite_driver
+from agentic_api.storage.database import Database, DatabaseBusy
+from agentic_api.storage.migrate import upgrade
+from tests.support.databases import sqlite_url
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    url = sqlite_url(tmp_path)
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+async def db(url: str) -> AsyncIterator[Database]:
+    database = Database.from_url(url)
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str | None, str]]]:
+    """Every (deferred BEGIN, statement) that reaches SQLite through either driver."""
+    seen: list[tuple[str | None, str]] = []
+    real = sqlite_driver._run_statement
+
+    def spy(connection: sqlite3.Connection, begin: str | None, operation: str, *rest: Any) -> Any:
+        seen.append((begin, operation))
+        return real(connection, begin, operation, *rest)
+
+    monkeypatch.setattr(sqlite_driver, "_run_statement", spy)
+    yield seen
+
+
+def database_file(url: str) -> str:
+    return url.split(":///", 1)[1]
+
+
+def test_turn_sessions_use_the_inline_driver_and_the_rest_one_hop(db: Database) -> None:
+    assert db.turn_engine.dialect.driver == sqlite_driver.INLINE_DRIVER
+    assert db.engine.dialect.driver == sqlite_driver.ONE_HOP_DRIVER
+
+
+@pytest.mark.parametrize("kind", ["read", "turn_read", "write", "turn_write"])
+async def test_begin_travels_with_the_first_statement_and_an_empty_transaction_costs_nothing(
+    db: Database, statements: list[tuple[str | None, str]], kind: str
+) -> None:
+    session_of = getattr(db, kind)
+    async with session_of() as session:
+        await session.execute(text("SELECT 0"))  # connects (and configures) first
+    statements.clear()
+    async with session_of() as session:
+        await session.execute(text("SELECT 1"))
+        await session.execute(text("SELECT 2"))
+    expected_begin = "BEGIN IMMEDIATE" if "write" in kind else "BEGIN DEFERRED"
+    assert statements == [(expected_begin, "SELECT 1"), (None, "SELECT 2")]
+    statements.clear()
+    async with session_of() as session:
+        await session.connection()
+    assert statements == []
+
+
+async def test_rows_descriptions_and_counts_come_back(db: Database) -> None:
+    for session_of in (db.write, db.turn_write):
+        async with session_of() as session:
+            await session.execute(text("CREATE TABLE IF NOT EXISTS t (a INTEGER, b TEXT)"))
+            inserted = await session.execute(
+                text("INSERT INTO t VALUES (:a, :b)"), [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
+            )
+            assert inserted.rowcount == 2
+            rows = (await session.execute(text("SELECT a, b FROM t ORDER BY a"))).all()
+            assert [tuple(r) for r in rows] == [(1, "x"), (2, "y")]
+            await session.execute(text("DELETE FROM t"))
+
+
+async def test_a_failed_statement_rolls_the_write_back(db: Database) -> None:
+    async with db.write() as session:
+        await session.execute(text("CREATE TABLE t (a INTEGER UNIQUE)"))
+    with pytest.raises(Exception, match="UNIQUE"):
+        async with db.turn_write() as session:
+            await session.execute(text("INSERT INTO t VALUES (1)"))
+            await session.execute(text("INSERT INTO t VALUES (1)"))
+    async with db.turn_read() as session:
+        assert (await session.execute(text("SELECT count(*) FROM t"))).scalar_one() == 0
+
+
+class WriteLockHolder:
+    """Another process's writer, as far as SQLite can tell: holds the write lock on its
+    own connection (in a thread) until released."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._taken = threading.Event()
+        self._release = threading.Event()
+        self._thread = threading.Thread(target=self._hold)
+
+    def _hold(self) -> None:
+        connection = sqlite3.connect(self._path, isolation_level=None)
+        connection.execute("BEGIN IMMEDIATE")
+        self._taken.set()
+        self._release.wait(30)
+        connection.execute("COMMIT")
+        connection.close()
+
+    def __enter__(self) -> WriteLockHolder:
+        self._thread.start()
+        self._taken.wait(5)
+        return self
+
+    def release(self) -> None:
+        self._release.set()
+        self._thread.join()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.release()
+
+
+async def test_inline_writer_waits_for_the_lock_without_blocking_the_loop(
+    db: Database, url: str
+) -> None:
+    async with db.write() as session:
+        await session.execute(text("CREATE TABLE t (a INTEGER)"))
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    async def write() -> None:
+        async with db.turn_write() as session:
+            await session.execute(text("INSERT INTO t VALUES (1)"))
+
+    clock = asyncio.create_task(ticker())
+    with WriteLockHolder(database_file(url)) as holder:
+        writer = asyncio.create_task(write())
+        await asyncio.sleep(0.3)
+        assert not writer.done()
+        # The loop kept running while the writer waited (about 30 ticks in 0.3 s).
+        assert ticks >= 10
+        holder.release()
+        await asyncio.wait_for(writer, 5)
+    clock.cancel()
+    async with db.turn_read() as session:
+        assert (await session.execute(text("SELECT count(*) FROM t"))).scalar_one() == 1
+
+
+async def test_inline_writer_gives_up_as_database_busy(
+    db: Database, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_driver, "BUSY_WAIT_SECONDS", 0.2)
+    async with db.write() as session:
+        await session.execute(text("CREATE TABLE t (a INTEGER)"))
+    with WriteLockHolder(database_file(url)), pytest.raises(DatabaseBusy):
+        async with db.turn_write() as session:
+            await session.execute(text("INSERT INTO t VALUES (1)"))
+    async with db.turn_read() as session:
+        assert (await session.execute(text("SELECT count(*) FROM t"))).scalar_one() == 0
+
+
+async def test_inline_commits_never_checkpoint_and_a_worker_thread_does(
+    db: Database, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_driver, "CHECKPOINT_EVERY_COMMITS", 5)
+    checkpoints: list[str] = []
+    real = sqlite_driver.WalCheckpoints._checkpoint
+
+    def spy(self: sqlite_driver.WalCheckpoints, database: str) -> None:
+        checkpoints.append(threading.current_thread().name)
+        real(self, database)
+
+    monkeypatch.setattr(sqlite_driver.WalCheckpoints, "_checkpoint", spy)
+    async with db.turn_read() as session:
+        pragma = await session.execute(text("PRAGMA wal_autocheckpoint"))
+        assert pragma.scalar_one() == 0
+    async with db.write() as session:
+        await session.execute(text("CREATE TABLE t (a INTEGER)"))
+    for value in range(12):
+        async with db.turn_write() as session:
+            await session.execute(text("INSERT INTO t VALUES (:v)"), {"v": value})
+        await asyncio.sleep(0.02)
+    assert len(checkpoints) == 2
+    assert threading.main_thread().name not in checkpoints
+    # The checkpoints moved the WAL's frames into the database file.
+    probe = sqlite3.connect(database_file(url))
+    busy, wal_frames, moved = probe.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    probe.close()
+    assert busy == 0 and wal_frames == moved

@@ -1,0 +1,130 @@
+"""The upstream client's own pieces: SSE line splitting and transport error mapping."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+
+from agentic_api.errors import UpstreamError
+from agentic_api.upstream.client import UpstreamClient
+from agentic_api.upstream.errors import UpstreamInterrupted
+from agentic_api.upstream.sse import parse_sse, split_lines
+
+
+async def chunks_of(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+async def lines(*parts: bytes) -> list[str]:
+    return [line async for line in split_lines(chunks_of(*parts))]
+
+
+async def test_lines_split_across_chunks_with_crlf_and_no_final_newline() -> None:
+    assert await lines(b"event: a\r\nda", b"ta: 1\n\n", b"data: tail") == [
+        "event: a",
+        "data: 1",
+        "",
+        "data: tail",
+    ]
+
+
+async def test_multibyte_characters_cut_between_chunks_survive() -> None:
+    text = "données — 数据".encode()
+    assert await lines(text[:8], text[8:13], text[13:], b"\n") == ["données — 数据"]
+
+
+async def test_a_line_far_longer_than_any_buffer_is_one_line() -> None:
+    long_line = b"data: " + b"x" * 3_000_000
+    pieces = [long_line[i : i + 65536] for i in range(0, len(long_line), 65536)]
+    found = await lines(*pieces, b"\n\n")
+    assert found == [long_line.decode(), ""]
+
+
+async def test_events_from_split_lines() -> None:
+    stream = split_lines(chunks_of(b'event: e\ndata: {"a":', b"1}\n\n: comment\ndata: 2\n\n"))
+    events = [event async for event in parse_sse(stream)]
+    assert [(e.event, e.data) for e in events] == [("e", '{"a":1}'), (None, "2")]
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def test_connection_refused_is_unreachable_even_for_a_turn() -> None:
+    client = UpstreamClient(f"http://127.0.0.1:{closed_port()}")
+    try:
+        with pytest.raises(UpstreamError) as error:
+            await client.create_response(b"{}", {})
+        # Nothing reached the model: not an interrupted turn.
+        assert not isinstance(error.value, UpstreamInterrupted)
+        assert (error.value.status_code, error.value.code) == (502, "upstream_unreachable")
+    finally:
+        await client.aclose()
+
+
+async def test_answer_cut_after_the_request_was_sent_is_interrupted() -> None:
+    async def answer_half(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+        writer.write(b'content-length: 100\r\n\r\n{"id":')
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer_half, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = UpstreamClient(f"http://127.0.0.1:{port}")
+    try:
+        with pytest.raises(UpstreamInterrupted) as error:
+            await client.create_response(b"{}", {})
+        assert error.value.code == "upstream_stream_interrupted"
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_silence_past_the_read_timeout_is_a_504() -> None:
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(5)
+        writer.close()
+
+    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = UpstreamClient(f"http://127.0.0.1:{port}", read_timeout=0.2)
+    try:
+        with pytest.raises(UpstreamInterrupted) as error:
+            await client.create_response(b"{}", {})
+        assert (error.value.status_code, error.value.code) == (504, "upstream_timeout")
+        with pytest.raises(UpstreamError) as unsent:
+            await client.post_json("/v1/other", {})
+        assert (unsent.value.status_code, unsent.value.code) == (504, "upstream_timeout")
+    finally:
+        await client.aclose()
+        server.close()
+
+
+async def test_base_url_path_prefix_is_kept() -> None:
+    seen: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen.append(head.split(b"\r\n", 1)[0])
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(record, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = UpstreamClient(f"http://127.0.0.1:{port}/llm/")
+    try:
+        assert await client.create_response(b"{}", {}) == {}
+        assert seen == [b"POST /llm/v1/responses HTTP/1.1"]
+    finally:
+        await client.aclose()
+        server.close()
