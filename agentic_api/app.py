@@ -31,6 +31,7 @@ from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade_async
 from agentic_api.storage.tenants import TenantRepository
+from agentic_api.turns.verified_histories import VerifiedHistories
 from agentic_api.turns.worker import BackgroundWorkers
 from agentic_api.upstream.client import UpstreamClient
 
@@ -54,7 +55,13 @@ async def build_services(settings: Settings) -> Services:
         read_timeout=settings.upstream_read_timeout,
         models_cache_seconds=settings.models_cache_seconds,
     )
-    services = Services(settings=settings, db=db, upstream=upstream, secret=secret)
+    services = Services(
+        settings=settings,
+        db=db,
+        upstream=upstream,
+        secret=secret,
+        histories=VerifiedHistories(int(settings.history_cache_mb * 2**20)),
+    )
     if settings.single_tenant:
         await _ensure_local_tenant(db)
     return services

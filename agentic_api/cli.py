@@ -85,6 +85,7 @@ def serve(
     import uvicorn
 
     from agentic_api.app import create_app
+    from agentic_api.http.protocol import CoalescingHttpToolsProtocol
 
     overrides: dict[str, object] = {}
     if workers is not None:
@@ -111,6 +112,7 @@ def serve(
         "timeout_graceful_shutdown": 30,
         # Room for a frame our own limit then refuses with a clear error frame.
         "ws_max_size": settings.max_body_bytes * 4 + 65536,
+        "http": CoalescingHttpToolsProtocol,
     }
     if settings.http_workers == 1:
         uvicorn.run(create_app(settings), **common)

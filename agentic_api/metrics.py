@@ -90,6 +90,12 @@ REHYDRATED_ITEMS = Histogram(
     "History items rebuilt from storage for a turn (0 for a chain's root).",
     buckets=ITEM_BUCKETS,
 )
+HISTORY_CACHE_LOOKUPS = Counter(
+    "agentic_history_cache_lookups_total",
+    "Continuations whose parent's history was found verified in this process (hit) or "
+    "was read from storage (miss).",
+    ["result"],
+)
 STREAMS_IN_FLIGHT = Gauge("agentic_streams_in_flight", "Streaming turns now running.")
 BACKGROUND_TASKS = Gauge(
     "agentic_background_tasks",

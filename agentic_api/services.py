@@ -10,6 +10,7 @@ from typing import Any
 from agentic_api.metrics import BACKGROUND_TASKS
 from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
+from agentic_api.turns.verified_histories import VerifiedHistories
 from agentic_api.upstream.client import UpstreamClient
 
 
@@ -39,6 +40,7 @@ class Services:
     # Turns running on their own (streams whose client may leave); drained on shutdown.
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     background: BackgroundSignals = field(default_factory=BackgroundSignals)
+    histories: VerifiedHistories = field(default_factory=lambda: VerifiedHistories(0))
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)

@@ -68,6 +68,12 @@ class Settings(BaseSettings):
         description="Seconds to wait for the next bytes from the upstream (per read, so long "
         "streams are fine as long as tokens keep coming).",
     )
+    history_cache_mb: float = Field(
+        64.0,
+        ge=0,
+        description="Memory for the histories this process just committed or verified, so "
+        "continuing them skips re-reading their items (0: always read). Per process.",
+    )
     models_cache_seconds: float = Field(
         10.0, ge=0, description="How long the upstream's /v1/models answer is reused."
     )

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 
 import httpx
+import orjson
 import pytest
 from openai import InternalServerError, OpenAI
 from sqlalchemy import text
 
 from agentic_api.storage.database import Database
-from tests.conftest import RunningServer
+from tests.conftest import RunningServer, app_server
 from tests.support.tenants import TenantKeys
 from tests.upstream_sim import Reply, SimServer
 
@@ -55,10 +57,22 @@ CORRUPTIONS = {
 }
 
 
+@pytest.fixture(scope="module")
+def reading_server(
+    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    """A server that keeps no verified histories: every continuation reads its items."""
+    with app_server(
+        backend, db_url, sim.url, tmp_path_factory.mktemp("reading"), history_cache_mb=0
+    ) as running:
+        yield running
+
+
 @pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
 def test_corrupted_history_is_refused_and_nothing_goes_upstream(
-    server: RunningServer, client: OpenAI, sim: SimServer, corruption: str
+    reading_server: RunningServer, tenant: TenantKeys, sim: SimServer, corruption: str
 ) -> None:
+    server, client = reading_server, reading_server.client(tenant, timeout=20)
     sim.push(Reply("the answer"))
     first = client.responses.create(model=sim.config.model, input="first question")
     second = client.responses.create(
@@ -73,6 +87,49 @@ def test_corrupted_history_is_refused_and_nothing_goes_upstream(
     assert error.value.code == "checkpoint_invalid"
     assert second.id in error.value.message
     assert sim.calls("/v1/responses") == calls_before
+
+
+def test_a_history_kept_in_process_is_replayed_as_committed_and_storage_still_verified(
+    server: RunningServer,
+    reading_server: RunningServer,
+    client: OpenAI,
+    tenant: TenantKeys,
+    sim: SimServer,
+) -> None:
+    sim.push(Reply("the answer"))
+    first = client.responses.create(model=sim.config.model, input="first question")
+    second = client.responses.create(
+        model=sim.config.model, input="second", previous_response_id=first.id
+    )
+    sent_for_second = sim.requests("/v1/responses")[-1].json["input"]
+    hits_before = history_cache_hits(server)
+    execute(server.db_url, CORRUPTIONS["altered"], rid=first.id)
+    # This server committed `second` moments ago and kept its history: it continues
+    # from the bytes the model saw (not the altered rows) without reading them.
+    third = client.responses.create(
+        model=sim.config.model, input="third", previous_response_id=second.id
+    )
+    sent_for_third = sim.requests("/v1/responses")[-1].json["input"]
+    assert third.status == "completed"
+    assert history_cache_hits(server) == hits_before + 1
+    assert sent_for_third[: len(sent_for_second)] == sent_for_second
+    assert "fIrst" not in orjson.dumps(sent_for_third).decode()
+    # Any process that has to read the items (here: one that keeps nothing) refuses.
+    calls_before = sim.calls("/v1/responses")
+    with pytest.raises(InternalServerError) as error:
+        reading_server.client(tenant, timeout=20).responses.create(
+            model=sim.config.model, input="third", previous_response_id=second.id
+        )
+    assert error.value.code == "checkpoint_invalid"
+    assert sim.calls("/v1/responses") == calls_before
+
+
+def history_cache_hits(server: RunningServer) -> float:
+    metrics = httpx.get(f"{server.url}/metrics").text
+    for line in metrics.splitlines():
+        if line.startswith('agentic_history_cache_lookups_total{result="hit"}'):
+            return float(line.split()[-1])
+    return 0.0
 
 
 def test_disconnecting_stream_client_still_commits_the_turn(

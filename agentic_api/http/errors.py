@@ -8,9 +8,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from agentic_api.errors import ApiError
+from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
 
 log = get_logger("agentic_api.errors")
@@ -25,8 +26,8 @@ _STATUS_CODES = {
 }
 
 
-def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse(error.body(), status_code=error.status_code, headers=headers)
+def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JsonResponse:
+    return JsonResponse(error.body(), status_code=error.status_code, headers=headers)
 
 
 def _param_from_location(location: Sequence[Any]) -> str | None:

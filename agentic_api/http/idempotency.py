@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from agentic_api.errors import InvalidRequest
+from agentic_api.http.json_response import JsonResponse
 from agentic_api.http.sse import from_followed, sse_response
 from agentic_api.services import Services
 from agentic_api.storage.idempotency import Outcome
@@ -39,7 +40,7 @@ def replay(services: Services, outcome: Outcome) -> Response:
         streamed = sse_response(from_followed(follow(services.db, outcome.response_id, None)))
         streamed.headers.update(REPLAYED)
         return streamed
-    return JSONResponse(outcome.body, status_code=outcome.status_code, headers=REPLAYED)
+    return JsonResponse(outcome.body, status_code=outcome.status_code, headers=REPLAYED)
 
 
 def _visible_ascii(value: str) -> bool:

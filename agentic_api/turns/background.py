@@ -51,10 +51,10 @@ async def enqueue(
     tool output, ...) fails here, synchronously, like a foreground one.
     """
     try:
-        turn = await prepare_turn(services.db, caller, request)
+        turn = await prepare_turn(services.db, caller, request, histories=services.histories)
         check_mcp_hosts(turn, services.settings)
         queued = {**turn.base, "status": "queued"}
-        row, items = build_row(turn, queued, [])
+        row, items = build_row(turn, queued, [], [])
         async with services.db.write() as session:
             await ResponseRepository(session).insert(row, items)
             await JobRepository(session).enqueue(row.id, caller.tenant_id, utcnow())

@@ -17,6 +17,7 @@ from agentic_api.storage.responses import NewItem, ResponseRepository
 from agentic_api.turns.conversation import append_turn
 from agentic_api.turns.history import salt_identity
 from agentic_api.turns.prepare import CONTINUABLE, PreparedTurn
+from agentic_api.turns.verified_histories import VerifiedHistories
 from agentic_api.wire.items import Item
 from lineage import extend_digest, prefix_digest
 
@@ -38,11 +39,12 @@ def _visible_digest(turn: PreparedTurn, visible: Sequence[Item]) -> str:
 
 
 def build_row(
-    turn: PreparedTurn, final: dict[str, Any], output: Sequence[Item]
+    turn: PreparedTurn, final: dict[str, Any], output: Sequence[Item], visible: Sequence[Item]
 ) -> tuple[Response, list[NewItem]]:
+    """``visible``: the model-visible history through ``output`` (empty unless the turn is
+    continuable)."""
     status = final["status"]
     continuable = status in CONTINUABLE
-    visible = [*turn.prompt_items, *output] if continuable else []
     usage = final.get("usage") or {}
     now = datetime.now(UTC)
     completed = final.get("completed_at")
@@ -96,8 +98,12 @@ async def commit_turn(
     final: dict[str, Any],
     output: Sequence[Item],
     events: Sequence[dict[str, Any]] | None,
+    *,
+    histories: VerifiedHistories,
 ) -> None:
-    row, items = build_row(turn, final, output)
+    """Stores the turn; once committed, its history is kept in ``histories``."""
+    visible = [*turn.prompt_items, *output] if final["status"] in CONTINUABLE else []
+    row, items = build_row(turn, final, output, visible)
     if events and turn.event_log is not None:
         events = await turn.event_log.unsaved(events)
     async with db.turn_write() as session:
@@ -123,3 +129,5 @@ async def commit_turn(
             )
         for step in turn.commit_steps:
             await step(session, row)
+    if row.prefix_digest is not None:
+        histories.keep(row.id, digest=row.prefix_digest, session_id=row.session_id, items=visible)

@@ -34,7 +34,7 @@ SUMMARY_OUTPUT_TOKENS = 2048
 async def compact(
     services: Services, caller: Caller, request: CreateResponseRequest
 ) -> dict[str, Any]:
-    turn = await prepare_turn(services.db, caller, request)
+    turn = await prepare_turn(services.db, caller, request, histories=services.histories)
     ask = {
         "type": "message",
         "role": "user",

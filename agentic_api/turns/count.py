@@ -28,7 +28,7 @@ COUNT_OUTPUT_TOKENS = 1
 async def count_input_tokens(
     services: Services, caller: Caller, request: CreateResponseRequest
 ) -> int:
-    turn = await prepare_turn(services.db, caller, request)
+    turn = await prepare_turn(services.db, caller, request, histories=services.histories)
     body = orjson.loads(turn.body)
     body["stream"] = False
     body["max_output_tokens"] = COUNT_OUTPUT_TOKENS

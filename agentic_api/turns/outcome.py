@@ -110,6 +110,7 @@ async def complete_turn(
                 final,
                 model_output,
                 [*events, terminal] if turn.records_events else None,
+                histories=services.histories,
             )
         except ApiError as refused:
             # A typed refusal (a conversation that moved on, a busy database) reaches the
@@ -154,7 +155,12 @@ async def fail_turn(
     if turn.request.store:
         try:
             await commit_turn(
-                services.db, turn, final, [], [*events, terminal] if turn.records_events else None
+                services.db,
+                turn,
+                final,
+                [],
+                [*events, terminal] if turn.records_events else None,
+                histories=services.histories,
             )
         except Exception:
             log.exception("could not record the failed response", response_id=turn.response_id)

@@ -22,6 +22,7 @@ from agentic_api.turns.history import load_history
 from agentic_api.turns.local import LocalCheckpoints
 from agentic_api.turns.render import render_body, upstream_fields, upstream_headers
 from agentic_api.turns.steps import CommitStep, EventLog
+from agentic_api.turns.verified_histories import VerifiedHistories
 from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest
@@ -117,10 +118,12 @@ async def prepare_turn(
     caller: Caller,
     request: CreateResponseRequest,
     *,
+    histories: VerifiedHistories,
     local: LocalCheckpoints | None = None,
     reservation: Reservation | None = None,
 ) -> PreparedTurn:
-    """``local``: a WebSocket connection's own checkpoints, consulted before storage.
+    """``histories``: this process's verified histories, consulted before the items in
+    storage. ``local``: a WebSocket connection's own checkpoints, consulted before both.
     ``reservation``: the id, creation time and input a background job was enqueued with."""
     mcp_servers = parse_servers(request.tools)
     if mcp_servers:
@@ -171,7 +174,7 @@ async def prepare_turn(
                 raise previous_response_not_found(request.previous_response_id)
             if parent.status not in CONTINUABLE:
                 raise previous_response_not_continuable(parent.id, parent.status)
-            history = await load_history(repo, parent)
+            history = await _parent_history(repo, parent, histories)
             history_digest = parent.prefix_digest
     if parent is not None:
         parent_link = ParentLineage(parent.id, parent.session_id, parent.depth)
@@ -227,6 +230,24 @@ async def prepare_turn(
         mcp_servers=mcp_servers,
         approvals=approvals,
     )
+
+
+async def _parent_history(
+    repo: ResponseRepository, parent: Response, histories: VerifiedHistories
+) -> list[Item]:
+    kept = histories.get(
+        parent.id,
+        digest=parent.prefix_digest,
+        item_count=parent.history_item_count,
+        session_id=parent.session_id,
+    )
+    if kept is not None:
+        return list(kept)
+    history = await load_history(repo, parent)
+    histories.keep(
+        parent.id, digest=parent.prefix_digest, session_id=parent.session_id, items=history
+    )
+    return history
 
 
 def check_tool_outputs(history: list[Item], new_input: list[Item]) -> None:

@@ -163,5 +163,7 @@ async def run_without_model(services: Services, turn: PreparedTurn) -> list[dict
     )
     completed = relay.stamp({"type": "response.completed", "response": final})
     if turn.request.store:
-        await commit_turn(services.db, turn, final, [], [created, completed])
+        await commit_turn(
+            services.db, turn, final, [], [created, completed], histories=services.histories
+        )
     return [created, completed]

@@ -233,7 +233,13 @@ async def _prepare(services: Services, row: Response, inputs: Sequence[StoredIte
         created_at=to_unix(row.created_at) or 0,
         new_input=[Item(i.item_id, i.type, i.data.encode()) for i in inputs],
     )
-    return await prepare_turn(services.db, caller, request, reservation=reservation)
+    return await prepare_turn(
+        services.db,
+        caller,
+        request,
+        histories=services.histories,
+        reservation=reservation,
+    )
 
 
 async def _mark_started(services: Services, job: ClaimedJob, turn: PreparedTurn) -> bool:

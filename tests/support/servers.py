@@ -9,6 +9,8 @@ from typing import Any
 
 import uvicorn
 
+from agentic_api.http.protocol import CoalescingHttpToolsProtocol
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -26,6 +28,8 @@ class ThreadedServer:
             log_level="warning",
             lifespan="on",
             timeout_graceful_shutdown=5,
+            # As `agentic-api serve` runs it.
+            http=CoalescingHttpToolsProtocol,
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

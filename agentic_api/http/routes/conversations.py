@@ -12,11 +12,12 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
 from agentic_api.http.auth import TenantContext, require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
+from agentic_api.http.json_response import JsonResponse
 from agentic_api.storage.conversations import (
     ConversationRepository,
     NewConversationItem,
@@ -96,22 +97,22 @@ def _item_not_found(item_id: str) -> ApiError:
     openapi_extra=_body(CreateConversationRequest),
     responses=_documented(ConversationObject),
 )
-async def create_conversation(request: Request, tenant: Tenant) -> JSONResponse:
+async def create_conversation(request: Request, tenant: Tenant) -> JsonResponse:
     items, metadata = parse_create(await request.body())
     async with services_of(request).db.write() as session:
         row = await ConversationRepository(session).create(tenant.id, metadata, _new(items))
-    return JSONResponse(_object(row))
+    return JsonResponse(_object(row))
 
 
 @router.get("/v1/conversations/{conversation_id}", responses=_documented(ConversationObject))
 async def retrieve_conversation(
     conversation_id: str, request: Request, tenant: Tenant
-) -> JSONResponse:
+) -> JsonResponse:
     async with services_of(request).db.read() as session:
         row = await ConversationRepository(session).get(tenant.id, conversation_id)
     if row is None:
         raise conversation_not_found(conversation_id)
-    return JSONResponse(_object(row))
+    return JsonResponse(_object(row))
 
 
 @router.post(
@@ -121,25 +122,25 @@ async def retrieve_conversation(
 )
 async def update_conversation(
     conversation_id: str, request: Request, tenant: Tenant
-) -> JSONResponse:
+) -> JsonResponse:
     metadata = parse_update(await request.body())
     async with services_of(request).db.write() as session:
         repo = ConversationRepository(session)
         row = await repo.set_metadata(tenant.id, conversation_id, metadata)
     if row is None:
         raise conversation_not_found(conversation_id)
-    return JSONResponse(_object(row))
+    return JsonResponse(_object(row))
 
 
 @router.delete("/v1/conversations/{conversation_id}", responses=_documented(ConversationDeleted))
 async def delete_conversation(
     conversation_id: str, request: Request, tenant: Tenant
-) -> JSONResponse:
+) -> JsonResponse:
     async with services_of(request).db.write() as session:
         deleted = await ConversationRepository(session).delete(tenant.id, conversation_id)
     if not deleted:
         raise conversation_not_found(conversation_id)
-    return JSONResponse(deleted_object(conversation_id))
+    return JsonResponse(deleted_object(conversation_id))
 
 
 @router.post(
@@ -187,7 +188,7 @@ async def add_items(
         result = item_list(data, [item.id for item in items])
         if claim is not None:
             await claim.complete_in(session, Outcome("json", 200, result, None))
-    return JSONResponse(result)
+    return JsonResponse(result)
 
 
 @router.get(
@@ -201,7 +202,7 @@ async def list_items(
     limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 20,
     order: Literal["asc", "desc"] = "desc",
     include: Include = None,
-) -> JSONResponse:
+) -> JsonResponse:
     async with services_of(request).db.read() as session:
         repo = ConversationRepository(session)
         if not await repo.exists(tenant.id, conversation_id):
@@ -222,7 +223,7 @@ async def list_items(
             descending=order == "desc",
         )
     page = rows[:limit]
-    return JSONResponse(
+    return JsonResponse(
         item_list([_shown(r) for r in page], [r.item_id for r in page], has_more=len(rows) > limit)
     )
 
@@ -238,7 +239,7 @@ async def list_items(
 )
 async def retrieve_item(
     conversation_id: str, item_id: str, request: Request, tenant: Tenant, include: Include = None
-) -> JSONResponse:
+) -> JsonResponse:
     async with services_of(request).db.read() as session:
         repo = ConversationRepository(session)
         if not await repo.exists(tenant.id, conversation_id):
@@ -246,7 +247,7 @@ async def retrieve_item(
         row = await repo.item(tenant.id, conversation_id, item_id)
     if row is None:
         raise _item_not_found(item_id)
-    return JSONResponse(_shown(row))
+    return JsonResponse(_shown(row))
 
 
 @router.delete(
@@ -255,7 +256,7 @@ async def retrieve_item(
 )
 async def delete_item(
     conversation_id: str, item_id: str, request: Request, tenant: Tenant
-) -> JSONResponse:
+) -> JsonResponse:
     """Removes one item; like OpenAI, answers with the (updated) Conversation object."""
     async with services_of(request).db.write() as session:
         repo = ConversationRepository(session)
@@ -264,4 +265,4 @@ async def delete_item(
             raise conversation_not_found(conversation_id)
         if not await repo.remove_item(tenant.id, conversation_id, item_id):
             raise _item_not_found(item_id)
-    return JSONResponse(_object(row))
+    return JsonResponse(_object(row))

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse
 
 from agentic_api.errors import ApiError
 from agentic_api.http.auth import services_of
+from agentic_api.http.json_response import JsonResponse
 
 router = APIRouter(tags=["health"])
 
@@ -19,7 +19,7 @@ async def health() -> dict[str, str]:
 
 
 @router.get("/ready")
-async def ready(request: Request) -> JSONResponse:
+async def ready(request: Request) -> JsonResponse:
     services = services_of(request)
     checks: dict[str, Any] = {}
     try:
@@ -34,4 +34,4 @@ async def ready(request: Request) -> JSONResponse:
         checks["upstream"] = {"ok": False, "error": exc.message}
     failing = [name for name, check in checks.items() if not check["ok"]]
     body = {"status": "ready" if not failing else "not_ready", "failing": failing, **checks}
-    return JSONResponse(body, status_code=200 if not failing else 503)
+    return JsonResponse(body, status_code=200 if not failing else 503)

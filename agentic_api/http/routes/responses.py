@@ -9,11 +9,12 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.http.auth import TenantContext, require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
+from agentic_api.http.json_response import JsonResponse
 from agentic_api.http.sse import from_channel, from_followed, from_list, from_stored, sse_response
 from agentic_api.storage.idempotency import KeyRef, Outcome
 from agentic_api.storage.responses import ResponseRepository
@@ -78,9 +79,9 @@ async def create_response(request: Request, tenant: Tenant) -> Response:
         queued = await enqueue(services, caller, create, claim=claim)
         if create.stream:
             return sse_response(from_followed(follow(services.db, queued["id"], None)))
-        return JSONResponse(queued)
+        return JsonResponse(queued)
     try:
-        turn = await prepare_turn(services.db, caller, create)
+        turn = await prepare_turn(services.db, caller, create, histories=services.histories)
     except BaseException:
         if claim is not None:
             await claim.release()
@@ -108,7 +109,7 @@ async def create_response(request: Request, tenant: Tenant) -> Response:
             error_type=failed.error.error_type,
             code=failed.error.code,
         ) from failed
-    return JSONResponse(final)
+    return JsonResponse(final)
 
 
 def _held(claim: Claim | None, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
@@ -132,7 +133,7 @@ async def retrieve_response(
         if row is None:
             raise response_not_found(response_id)
         if not stream:
-            return JSONResponse(row.body)
+            return JsonResponse(row.body)
         if row.background:
             # Its events are stored as they are produced, by whichever process runs it.
             return sse_response(from_followed(follow(services.db, row.id, starting_after)))
@@ -148,9 +149,9 @@ async def retrieve_response(
 
 
 @router.post("/v1/responses/{response_id}/cancel")
-async def cancel_response(response_id: str, request: Request, tenant: Tenant) -> JSONResponse:
+async def cancel_response(response_id: str, request: Request, tenant: Tenant) -> JsonResponse:
     """Cancels a queued or running background response; a finished one comes back as is."""
-    return JSONResponse(await background.cancel(services_of(request), tenant.id, response_id))
+    return JsonResponse(await background.cancel(services_of(request), tenant.id, response_id))
 
 
 @router.delete("/v1/responses/{response_id}")
@@ -165,6 +166,7 @@ async def delete_response(response_id: str, request: Request, tenant: Tenant) ->
         deleted = await ResponseRepository(session).mark_deleted(tenant.id, response_id)
     if not deleted:
         raise response_not_found(response_id)
+    services.histories.forget(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
 
 

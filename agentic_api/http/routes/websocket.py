@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
-from starlette.responses import JSONResponse
 
 from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge
 from agentic_api.http.auth import TenantContext, authenticate, services_of
+from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.turns.channel import TurnChannel
@@ -84,7 +84,7 @@ async def responses_socket(websocket: WebSocket) -> None:
             services, websocket.app.state.key_cache, websocket.headers.get("authorization")
         )
     except ApiError as exc:
-        await websocket.send_denial_response(JSONResponse(exc.body(), status_code=exc.status_code))
+        await websocket.send_denial_response(JsonResponse(exc.body(), status_code=exc.status_code))
         return
     await websocket.accept()
     session = Session(websocket, services, tenant)
@@ -202,7 +202,13 @@ async def _serve_create(
     tenant = session.tenant
     caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
     try:
-        turn = await prepare_turn(session.services.db, caller, request, local=session.local)
+        turn = await prepare_turn(
+            session.services.db,
+            caller,
+            request,
+            histories=session.services.histories,
+            local=session.local,
+        )
     except ApiError:
         if request.previous_response_id:
             session.local.evict(request.previous_response_id)
