@@ -13,10 +13,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agentic_api.bench.client import Target
+from agentic_api.bench.client import Target, TurnResult
 from agentic_api.bench.continuations import ContinuationConfig, chart, run_continuations
 from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_json
-from agentic_api.bench.overhead import OverheadConfig, add_overhead, run_overhead
+from agentic_api.bench.overhead import (
+    Chain,
+    OverheadConfig,
+    Probes,
+    add_overhead,
+    probe_interleaved,
+    run_overhead,
+)
 from agentic_api.bench.stats import full_blocks, ideal_cached, percentile, summary, upper_cached
 from agentic_api.cli import app
 from tests.conftest import RunningServer
@@ -211,3 +218,28 @@ def test_added_latency_is_relative_to_the_baseline_at_the_same_depth() -> None:
     assert rows[1]["added_p95_ms"] == pytest.approx(5.0)
     assert rows[0]["added_p99_ms"] == 0
     assert rows[2]["added_p50_ms"] is None
+
+
+class RecordingTarget:
+    """Stands in for a Target: answers at once and records which target got each probe."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.stateful, self._log = name, True, log
+
+    async def create(self, body: dict, headers: dict | None = None) -> TurnResult:
+        self._log.append(self.name)
+        await asyncio.sleep(0)
+        return TurnResult(f"resp_{len(self._log)}", 0.001, 10, 0, 1, [], None, "completed")
+
+
+def test_probes_alternate_between_targets_batch_by_batch() -> None:
+    log: list[str] = []
+    phases = [
+        Probes(RecordingTarget(name, log), Chain(last_id="resp_0"), name)  # type: ignore[arg-type]
+        for name in ("a", "b", "c")
+    ]
+    config = OverheadConfig(model="m", probes=5, concurrency=2)
+    asyncio.run(probe_interleaved(phases, config))
+    # Batches of two (the last of one), the first target rotating: abc, bca, cab.
+    assert log == ["a", "a", "b", "b", "c", "c", "b", "b", "c", "c", "a", "a", "c", "a", "b"]
+    assert all(len(phase.results) == 5 and phase.wall_s > 0 for phase in phases)

@@ -3,10 +3,13 @@
 The same multi-turn workload goes to every target: directly to the upstream (the client
 carries the whole history, ``store: false``) and through one or more Responses servers
 (``previous_response_id``; the server rehydrates). For each depth D a chain of D-1 turns is
-built, then ``probes`` forks of it (turns at depth D, sharing that exact history) are sent
-with the chosen concurrency. Reported per target and depth: latency p50/p95/p99 of the
-probes, the added latency versus the direct run at the same depth, turns/s of the probe
-phase, and, where the target exposes our ``/metrics``, SQL statements per turn.
+built on every target, then ``probes`` forks of it (turns at depth D, sharing that exact
+history) are sent in batches of ``concurrency``, the targets taking turns batch by batch
+(in a rotating order), so that whatever else the machine is doing meanwhile falls on all
+of them alike rather than on whichever ran during a noisy second. Reported per target and
+depth: latency p50/p95/p99 of the probes, the added latency versus the direct run at the
+same depth, turns/s over the target's own batches, and, where the target exposes our
+``/metrics``, SQL statements per turn.
 """
 
 from __future__ import annotations
@@ -103,19 +106,39 @@ async def build_chain(
     return chain, rows
 
 
-async def probe(
-    target: Target, config: OverheadConfig, chain: Chain, seed: str
-) -> tuple[list[TurnResult], float]:
-    gate = asyncio.Semaphore(max(1, config.concurrency))
+@dataclass
+class Probes:
+    """One target's probe phase at one depth."""
 
-    async def one(index: int) -> TurnResult:
-        async with gate:
-            text = filler_text(config.turn_words, f"{seed}-probe-{index}")
-            return await turn(target, config, chain, text, seed)
+    target: Target
+    chain: Chain
+    seed: str
+    results: list[TurnResult] = field(default_factory=list)
+    wall_s: float = 0.0
 
-    started = time.perf_counter()
-    results = await asyncio.gather(*(one(i) for i in range(config.probes)))
-    return list(results), time.perf_counter() - started
+
+async def probe_interleaved(phases: Sequence[Probes], config: OverheadConfig) -> None:
+    """Sends every target its probes, a batch of ``concurrency`` at a time, the targets
+    taking turns batch by batch in a rotating order."""
+    size = max(1, config.concurrency)
+    for batch, first in enumerate(range(0, config.probes, size)):
+        indices = range(first, min(first + size, config.probes))
+        rotation = batch % len(phases)
+        for phase in [*phases[rotation:], *phases[:rotation]]:
+            started = time.perf_counter()
+            phase.results += await asyncio.gather(
+                *(
+                    turn(
+                        phase.target,
+                        config,
+                        phase.chain,
+                        filler_text(config.turn_words, f"{phase.seed}-probe-{index}"),
+                        phase.seed,
+                    )
+                    for index in indices
+                )
+            )
+            phase.wall_s += time.perf_counter() - started
 
 
 async def statements(target: Target) -> float | None:
@@ -148,19 +171,23 @@ async def run_overhead(
     rows: list[dict[str, Any]] = []
     chain_rows: list[dict[str, Any]] = []
     for depth in config.depths:
+        phases: list[Probes] = []
         for target in targets:
             seed = f"{nonce}-{target.name}-{depth}"
             chain, built = await build_chain(target, config, depth - 1, seed)
             for row in built:
                 row["chain_depth"] = depth
             chain_rows += built
-            before = await statements(target)
-            results, wall = await probe(target, config, chain, seed)
-            after = await statements(target)
+            phases.append(Probes(target, chain, seed))
+        before = [await statements(phase.target) for phase in phases]
+        await probe_interleaved(phases, config)
+        for phase, counted in zip(phases, before, strict=True):
+            after = await statements(phase.target)
+            results, wall = phase.results, phase.wall_s
             latencies = summary([r.latency for r in results])
             rows.append(
                 {
-                    "target": target.name,
+                    "target": phase.target.name,
                     "depth": depth,
                     "probes": len(results),
                     "concurrency": config.concurrency,
@@ -172,8 +199,8 @@ async def run_overhead(
                     "input_tokens_mean": sum(r.input_tokens for r in results) / len(results),
                     "cached_tokens_mean": sum(r.cached_tokens for r in results) / len(results),
                     "sql_statements_per_turn": (
-                        (after - before) / len(results)
-                        if before is not None and after is not None
+                        (after - counted) / len(results)
+                        if counted is not None and after is not None
                         else None
                     ),
                 }
