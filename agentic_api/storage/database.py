@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
@@ -14,6 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from agentic_api.errors import ApiError
 from agentic_api.metrics import DB_STATEMENTS, DB_TRANSACTION_DURATION
 from agentic_api.storage.engine import create_engine
+
+if TYPE_CHECKING:
+    from agentic_api.storage.turn_store import TurnStore
 
 
 class DatabaseBusy(ApiError):
@@ -47,6 +51,14 @@ class Database:
     @property
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
+
+    @cached_property
+    def turns(self) -> TurnStore:
+        """A turn's checkpoint read and plain insert (``storage/turn_store.py``)."""
+        # Imported here: the turn stores are built on this module.
+        from agentic_api.storage.turn_store import open_turn_store
+
+        return open_turn_store(self)
 
     def read(self) -> AbstractAsyncContextManager[AsyncSession]:
         """A session for reads; closing it releases (and rolls back) its connection while
@@ -102,6 +114,8 @@ class Database:
             await connection.execute(text("SELECT 1"))
 
     async def close(self) -> None:
+        if "turns" in self.__dict__:
+            self.turns.close()
         await self.engine.dispose()
         if self.turn_engine is not self.engine:
             await self.turn_engine.dispose()

@@ -31,7 +31,8 @@ import collections
 import sqlite3
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.sqlite.aiosqlite import (
@@ -52,6 +53,7 @@ _MAX_BACKOFF_SECONDS = 0.02
 CHECKPOINT_EVERY_COMMITS = 200
 
 _Outcome = tuple[Any, int, int | None, list[Any]]
+T = TypeVar("T")
 
 
 def _run_statement(
@@ -239,23 +241,41 @@ class InlineConnection(OneHopConnection):
         self, begin: str | None, operation: str, parameters: Any, many: bool
     ) -> _Outcome:
         connection: sqlite3.Connection = self._connection._conn
-        backoff = _FIRST_BACKOFF_SECONDS
-        deadline = time.monotonic() + BUSY_WAIT_SECONDS
-        while True:
+        if begin is None:
+            # Within a transaction: a failure is the transaction's, not to be retried.
+            return _run_statement(connection, None, operation, parameters, many)
+
+        def attempt() -> _Outcome:
             try:
                 return _run_statement(connection, begin, operation, parameters, many)
             except sqlite3.OperationalError as exc:
-                # Only a transaction's first statement can be retried: then nothing of it
-                # has happened (a BEGIN that succeeded is undone first).
-                if begin is None or not _is_busy(exc) or time.monotonic() >= deadline:
-                    raise
-                if connection.in_transaction:
+                # A transaction's first statement can be tried again once its BEGIN (if
+                # that succeeded) is undone: then nothing of it has happened.
+                if is_busy(exc) and connection.in_transaction:
                     connection.rollback()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
+                raise
+
+        return await run_when_unlocked(attempt)
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
+async def run_when_unlocked(attempt: Callable[[], T]) -> T:
+    """``attempt()`` (synchronous, on the loop's thread), tried again after an
+    ``asyncio.sleep`` with backoff while it fails with SQLITE_BUSY, for up to
+    ``BUSY_WAIT_SECONDS``; then its last error is raised. ``attempt`` must leave nothing
+    behind when it fails."""
+    backoff = _FIRST_BACKOFF_SECONDS
+    deadline = time.monotonic() + BUSY_WAIT_SECONDS
+    while True:
+        try:
+            return attempt()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        await asyncio.sleep(backoff)
+        backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
+
+
+def is_busy(exc: sqlite3.OperationalError) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)

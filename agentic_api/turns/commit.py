@@ -106,6 +106,27 @@ async def commit_turn(
     row, items = build_row(turn, final, output, visible)
     if events and turn.event_log is not None:
         events = await turn.event_log.unsaved(events)
+    stored_events = [(e["sequence_number"], orjson.dumps(e).decode()) for e in events or ()]
+    touches_only_itself = (
+        row.conversation_position is None and turn.reservation is None and not turn.commit_steps
+    )
+    if touches_only_itself:
+        await db.turns.insert(row, items, stored_events)
+    else:
+        await _commit_with_the_rest(db, turn, row, items, stored_events)
+    if row.prefix_digest is not None:
+        histories.keep(row.id, digest=row.prefix_digest, session_id=row.session_id, items=visible)
+
+
+async def _commit_with_the_rest(
+    db: Database,
+    turn: PreparedTurn,
+    row: Response,
+    items: Sequence[NewItem],
+    events: Sequence[tuple[int, str]],
+) -> None:
+    """The commit of a turn that also joins a conversation, completes a reserved
+    (background) row or carries commit steps: one transaction through the repositories."""
     async with db.turn_write() as session:
         if turn.conversation is not None and row.conversation_position is not None:
             # First, so a turn that lost the race raises before writing anything.
@@ -123,11 +144,6 @@ async def commit_turn(
             # Enqueued earlier with its input items: complete that row, add the output.
             stored = len(turn.reservation.new_input)
             await repo.complete_reserved(row, items[stored:], first_position=stored)
-        if events:
-            await repo.add_events(
-                row.id, [(e["sequence_number"], orjson.dumps(e).decode()) for e in events]
-            )
+        await repo.add_events(row.id, events)
         for step in turn.commit_steps:
             await step(session, row)
-    if row.prefix_digest is not None:
-        histories.keep(row.id, digest=row.prefix_digest, session_id=row.session_id, items=visible)

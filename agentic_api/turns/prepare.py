@@ -167,15 +167,13 @@ async def prepare_turn(
         parent_link = ParentLineage(checkpoint.response_id, checkpoint.session_id, checkpoint.depth)
         parent_fingerprint = checkpoint.fingerprint
     elif request.previous_response_id is not None:
-        async with db.turn_read() as session:
-            repo = ResponseRepository(session)
-            parent = await repo.get(caller.tenant_id, request.previous_response_id, documents=False)
-            if parent is None or not parent.store:
-                raise previous_response_not_found(request.previous_response_id)
-            if parent.status not in CONTINUABLE:
-                raise previous_response_not_continuable(parent.id, parent.status)
-            history = await _parent_history(repo, parent, histories)
-            history_digest = parent.prefix_digest
+        parent = await db.turns.checkpoint(caller.tenant_id, request.previous_response_id)
+        if parent is None or not parent.store:
+            raise previous_response_not_found(request.previous_response_id)
+        if parent.status not in CONTINUABLE:
+            raise previous_response_not_continuable(parent.id, parent.status)
+        history = await _parent_history(db, parent, histories)
+        history_digest = parent.prefix_digest
     if parent is not None:
         parent_link = ParentLineage(parent.id, parent.session_id, parent.depth)
         parent_fingerprint = ExecutionFingerprint.from_dict(parent.fingerprint)
@@ -233,8 +231,11 @@ async def prepare_turn(
 
 
 async def _parent_history(
-    repo: ResponseRepository, parent: Response, histories: VerifiedHistories
+    db: Database, parent: Response, histories: VerifiedHistories
 ) -> list[Item]:
+    """The parent's verified history: kept in this process, or read and verified. (A
+    continuable parent's row and items never change, so reading them in two transactions
+    sees one state.)"""
     kept = histories.get(
         parent.id,
         digest=parent.prefix_digest,
@@ -243,7 +244,8 @@ async def _parent_history(
     )
     if kept is not None:
         return list(kept)
-    history = await load_history(repo, parent)
+    async with db.turn_read() as session:
+        history = await load_history(ResponseRepository(session), parent)
     histories.keep(
         parent.id, digest=parent.prefix_digest, session_id=parent.session_id, items=history
     )

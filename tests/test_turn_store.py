@@ -1,0 +1,172 @@
+"""The SQLite turn store writes and reads exactly what the repositories do."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from agentic_api.storage.database import Database, DatabaseBusy
+from agentic_api.storage.migrate import upgrade
+from agentic_api.storage.models import Response
+from agentic_api.storage.responses import NewItem, ResponseRepository
+from agentic_api.storage.sqlite_turn_store import SqliteTurnStore
+from agentic_api.storage.tenants import TenantRepository
+from agentic_api.storage.turn_store import SessionTurnStore
+from tests.support.databases import sqlite_url
+from tests.test_sqlite_driver import WriteLockHolder, database_file
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    url = sqlite_url(tmp_path)
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+async def db(url: str) -> AsyncIterator[Database]:
+    database = Database.from_url(url)
+    yield database
+    await database.close()
+
+
+async def new_tenant(db: Database) -> str:
+    async with db.write() as session:
+        return (await TenantRepository(session).create("t")).id
+
+
+def sample_row(response_id: str, tenant_id: str) -> Response:
+    created = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
+    return Response(
+        id=response_id,
+        tenant_id=tenant_id,
+        conversation_id=None,
+        previous_response_id=None,
+        session_id="resp_root",
+        depth=3,
+        status="completed",
+        model="m",
+        created_at=created,
+        completed_at=created + timedelta(seconds=2),
+        updated_at=created + timedelta(seconds=2),
+        store=True,
+        background=False,
+        body={"id": response_id, "text": "héllo \u2028 ☃", "n": 1.5, "none": None},
+        request={"model": "m", "input": [{"type": "message"}]},
+        error=None,
+        input_tokens=10,
+        cached_tokens=4,
+        output_tokens=2,
+        fingerprint={"model": "m", "tool_names": ["a"]},
+        fingerprint_digest="f" * 64,
+        fingerprint_changes=[],
+        salt_epoch=0,
+        prefix_digest="d" * 64,
+        history_item_count=2,
+        input_item_count=1,
+        output_item_count=1,
+        conversation_position=None,
+    )
+
+
+ITEMS = [
+    NewItem("msg_1", "input", "message", '{"role":"user","type":"message"}'),
+    NewItem("msg_2", "output", "message", '{"role":"assistant","type":"message"}'),
+]
+EVENTS = [(0, '{"type":"response.created"}'), (1, '{"type":"response.completed"}')]
+
+
+async def stored(db: Database, response_id: str) -> dict[str, Any]:
+    """Everything the database holds for a response, as raw SQL sees it (minus its id)."""
+    async with db.read() as session:
+        row = (
+            (
+                await session.execute(
+                    text("SELECT * FROM responses WHERE id = :id"), {"id": response_id}
+                )
+            )
+            .mappings()
+            .one()
+        )
+        items = (
+            await session.execute(
+                text(
+                    "SELECT position, tenant_id, item_id, role, type, data FROM response_items "
+                    "WHERE response_id = :id ORDER BY position"
+                ),
+                {"id": response_id},
+            )
+        ).all()
+        events = (
+            await session.execute(
+                text(
+                    "SELECT sequence_number, data FROM response_events "
+                    "WHERE response_id = :id ORDER BY sequence_number"
+                ),
+                {"id": response_id},
+            )
+        ).all()
+    values = {key: value for key, value in row.items() if key != "id"}
+    # The stored object names its response; the rest of its text must match to the byte.
+    values["body"] = values["body"].replace(response_id, "<id>")
+    return {"row": values, "items": [tuple(i) for i in items], "events": [tuple(e) for e in events]}
+
+
+async def test_rows_written_by_either_store_are_identical(db: Database) -> None:
+    tenant = await new_tenant(db)
+    assert isinstance(db.turns, SqliteTurnStore)
+    await db.turns.insert(sample_row("resp_fast", tenant), ITEMS, EVENTS)
+    await SessionTurnStore(db).insert(sample_row("resp_orm", tenant), ITEMS, EVENTS)
+    fast, orm = await stored(db, "resp_fast"), await stored(db, "resp_orm")
+    assert fast == orm
+    assert len(fast["items"]) == 2 and len(fast["events"]) == 2
+
+
+async def test_checkpoints_read_by_either_store_are_identical(db: Database) -> None:
+    tenant = await new_tenant(db)
+    await SessionTurnStore(db).insert(sample_row("resp_a", tenant), ITEMS, [])
+    fast = await db.turns.checkpoint(tenant, "resp_a")
+    async with db.read() as session:
+        orm = await ResponseRepository(session).get(tenant, "resp_a", documents=False)
+    assert fast is not None and orm is not None
+    columns = [c.key for c in Response.__table__.columns if c.key not in ("body", "request")]
+    assert {c: getattr(fast, c) for c in columns} == {c: getattr(orm, c) for c in columns}
+    assert fast.created_at.tzinfo is not None and fast.store is True
+    # Scoped to the tenant and to live responses, as the repository is.
+    assert await db.turns.checkpoint("ten_other", "resp_a") is None
+    async with db.write() as session:
+        await ResponseRepository(session).mark_deleted(tenant, "resp_a")
+    assert await db.turns.checkpoint(tenant, "resp_a") is None
+
+
+async def test_a_failed_insert_leaves_nothing(db: Database) -> None:
+    tenant = await new_tenant(db)
+    duplicate = [*ITEMS, NewItem("msg_3", "output", "message", "{}")]
+    await db.turns.insert(sample_row("resp_a", tenant), [], [])
+    # Same response id again: the row insert fails, and nothing of this turn is kept.
+    with pytest.raises(Exception, match="UNIQUE"):
+        await db.turns.insert(sample_row("resp_a", tenant), duplicate, EVENTS)
+    async with db.read() as session:
+        count = await session.execute(text("SELECT count(*) FROM response_items"))
+        assert count.scalar_one() == 0
+    # The connection is usable afterwards.
+    await db.turns.insert(sample_row("resp_b", tenant), ITEMS, [])
+
+
+async def test_insert_waits_for_the_write_lock_then_gives_up_as_busy(
+    db: Database, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentic_api.storage import sqlite_driver
+
+    tenant = await new_tenant(db)
+    monkeypatch.setattr(sqlite_driver, "BUSY_WAIT_SECONDS", 0.2)
+    with WriteLockHolder(database_file(url)), pytest.raises(DatabaseBusy):
+        await db.turns.insert(sample_row("resp_a", tenant), ITEMS, [])
+    assert await db.turns.checkpoint(tenant, "resp_a") is None
+    await db.turns.insert(sample_row("resp_a", tenant), ITEMS, [])
+    assert await db.turns.checkpoint(tenant, "resp_a") is not None
