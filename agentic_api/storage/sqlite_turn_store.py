@@ -52,8 +52,7 @@ class CompiledStatement:
         columns = getattr(statement, "selected_columns", ())
         self.keys: list[str] = [column.key for column in columns]
         self._results: list[_Processor] = [
-            column.type.dialect_impl(dialect).result_processor(dialect, None)
-            for column in columns
+            column.type.dialect_impl(dialect).result_processor(dialect, None) for column in columns
         ]
 
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
