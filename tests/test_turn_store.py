@@ -13,6 +13,7 @@ from sqlalchemy import text
 from agentic_api.storage.database import Database, DatabaseBusy
 from agentic_api.storage.migrate import upgrade
 from agentic_api.storage.models import Response
+from agentic_api.storage.postgres_turn_store import PostgresTurnStore
 from agentic_api.storage.responses import NewItem, ResponseRepository
 from agentic_api.storage.sqlite_turn_store import SqliteTurnStore
 from agentic_api.storage.tenants import TenantRepository
@@ -29,10 +30,21 @@ def url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-async def db(url: str) -> AsyncIterator[Database]:
+async def sqlite_db(url: str) -> AsyncIterator[Database]:
     database = Database.from_url(url)
     yield database
     await database.close()
+
+
+@pytest.fixture
+async def db(fresh_db: str) -> AsyncIterator[Database]:
+    """SQLite and PostgreSQL, each with its own turn store."""
+    database = Database.from_url(fresh_db)
+    yield database
+    await database.close()
+
+
+STORES = {"sqlite": SqliteTurnStore, "postgresql": PostgresTurnStore}
 
 
 async def new_tenant(db: Database) -> str:
@@ -112,14 +124,17 @@ async def stored(db: Database, response_id: str) -> dict[str, Any]:
             )
         ).all()
     values = {key: value for key, value in row.items() if key != "id"}
-    # The stored object names its response; the rest of its text must match to the byte.
-    values["body"] = values["body"].replace(response_id, "<id>")
+    # The stored object names its response; the rest must match (SQLite: to the byte).
+    body = values["body"]
+    values["body"] = (
+        body.replace(response_id, "<id>") if isinstance(body, str) else {**body, "id": "<id>"}
+    )
     return {"row": values, "items": [tuple(i) for i in items], "events": [tuple(e) for e in events]}
 
 
 async def test_rows_written_by_either_store_are_identical(db: Database) -> None:
     tenant = await new_tenant(db)
-    assert isinstance(db.turns, SqliteTurnStore)
+    assert isinstance(db.turns, STORES[db.dialect])
     await db.turns.insert(sample_row("resp_fast", tenant), ITEMS, EVENTS)
     await SessionTurnStore(db).insert(sample_row("resp_orm", tenant), ITEMS, EVENTS)
     fast, orm = await stored(db, "resp_fast"), await stored(db, "resp_orm")
@@ -149,7 +164,7 @@ async def test_a_failed_insert_leaves_nothing(db: Database) -> None:
     duplicate = [*ITEMS, NewItem("msg_3", "output", "message", "{}")]
     await db.turns.insert(sample_row("resp_a", tenant), [], [])
     # Same response id again: the row insert fails, and nothing of this turn is kept.
-    with pytest.raises(Exception, match="UNIQUE"):
+    with pytest.raises(Exception, match=r"(?i)unique"):
         await db.turns.insert(sample_row("resp_a", tenant), duplicate, EVENTS)
     async with db.read() as session:
         count = await session.execute(text("SELECT count(*) FROM response_items"))
@@ -159,10 +174,11 @@ async def test_a_failed_insert_leaves_nothing(db: Database) -> None:
 
 
 async def test_insert_waits_for_the_write_lock_then_gives_up_as_busy(
-    db: Database, url: str, monkeypatch: pytest.MonkeyPatch
+    sqlite_db: Database, url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentic_api.storage import sqlite_driver
 
+    db = sqlite_db
     tenant = await new_tenant(db)
     monkeypatch.setattr(sqlite_driver, "BUSY_WAIT_SECONDS", 0.2)
     with WriteLockHolder(database_file(url)), pytest.raises(DatabaseBusy):

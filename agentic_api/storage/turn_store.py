@@ -2,12 +2,12 @@
 store it. Everything else a turn may touch (a conversation, a background job, an
 Idempotency-Key, a chain's items on a cache miss) goes through the repositories.
 
-Two implementations with one behaviour: ``SessionTurnStore`` through SQLAlchemy sessions
-(any database), and on SQLite ``storage/sqlite_turn_store.py``, which runs the same
-statements (compiled from the same tables, values converted by the same column types)
-on a plain sqlite3 connection: on a turn's few small statements SQLAlchemy's execution
-layer cost far more than SQLite itself (reading a checkpoint: 0.31 ms through a session,
-0.011 ms of SQLite).
+Implementations with one behaviour: ``SessionTurnStore`` through SQLAlchemy sessions (the
+reference, and what any other database gets), and for SQLite and PostgreSQL stores that
+run the same statements (``storage/compiled.py``: compiled from the same tables, values
+converted by the same column types) on the driver's connection: on a turn's few small
+statements SQLAlchemy's execution layer cost far more than the database (reading a
+checkpoint on SQLite: 0.31 ms through a session, 0.011 ms of SQLite).
 """
 
 from __future__ import annotations
@@ -56,6 +56,10 @@ class SessionTurnStore:
 
 
 def open_turn_store(db: Database) -> TurnStore:
+    if db.dialect == "postgresql":
+        from agentic_api.storage.postgres_turn_store import PostgresTurnStore
+
+        return PostgresTurnStore(db.turn_engine)
     if not db.is_sqlite:
         return SessionTurnStore(db)
     from agentic_api.storage.sqlite_turn_store import SqliteTurnStore
