@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -173,16 +175,66 @@ async def test_a_failed_insert_leaves_nothing(db: Database) -> None:
     await db.turns.insert(sample_row("resp_b", tenant), ITEMS, [])
 
 
+async def test_sqlite_inserts_run_on_the_writer_thread(sqlite_db: Database) -> None:
+    # A commit may fsync: never on the event loop's thread.
+    tenant = await new_tenant(sqlite_db)
+    store = sqlite_db.turns
+    assert isinstance(store, SqliteTurnStore)
+    threads: list[str] = []
+    write = store._write
+
+    def spy(batches: Any) -> None:
+        threads.append(threading.current_thread().name)
+        write(batches)
+
+    store._write = spy  # type: ignore[method-assign]
+    await store.insert(sample_row("resp_t", tenant), ITEMS, [])
+    assert threads == [threads[0]] and threads[0] != threading.current_thread().name
+    assert await store.checkpoint(tenant, "resp_t") is not None
+
+
 async def test_insert_waits_for_the_write_lock_then_gives_up_as_busy(
     sqlite_db: Database, url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentic_api.storage import sqlite_driver
+    from agentic_api.storage import sqlite_turn_store
 
     db = sqlite_db
     tenant = await new_tenant(db)
-    monkeypatch.setattr(sqlite_driver, "BUSY_WAIT_SECONDS", 0.2)
+    # (read when the writer thread first connects)
+    monkeypatch.setattr(sqlite_turn_store, "SQLITE_BUSY_TIMEOUT_MS", 200)
     with WriteLockHolder(database_file(url)), pytest.raises(DatabaseBusy):
         await db.turns.insert(sample_row("resp_a", tenant), ITEMS, [])
     assert await db.turns.checkpoint(tenant, "resp_a") is None
     await db.turns.insert(sample_row("resp_a", tenant), ITEMS, [])
     assert await db.turns.checkpoint(tenant, "resp_a") is not None
+
+
+async def test_sqlite_checkpoints_run_on_their_own_thread_every_so_many_commits(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentic_api.storage import sqlite_turn_store
+
+    monkeypatch.setattr(sqlite_turn_store, "CHECKPOINT_EVERY_COMMITS", 3)
+    threads: list[str] = []
+    real = sqlite_turn_store._checkpoint
+
+    def spy(database: str) -> None:
+        threads.append(threading.current_thread().name)
+        real(database)
+
+    monkeypatch.setattr(sqlite_turn_store, "_checkpoint", spy)
+    tenant = await new_tenant(sqlite_db)
+    for index in range(7):
+        await sqlite_db.turns.insert(sample_row(f"resp_{index}", tenant), ITEMS, EVENTS)
+        await asyncio.sleep(0.05)  # lets a checkpoint finish before the next is due
+    assert len(threads) == 2
+    assert all(name.startswith("sqlite-checkpoint") for name in threads)
+    # ... and never inside a commit: the writer's connection does not checkpoint.
+    store = sqlite_db.turns
+    assert isinstance(store, SqliteTurnStore)
+
+    def writer_setting() -> int:
+        assert store._writer is not None
+        return int(store._writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+
+    assert store._writer_thread.submit(writer_setting).result() == 0

@@ -27,17 +27,16 @@ class DatabaseBusy(ApiError):
 
 
 class Database:
-    """Sessions over one database. On SQLite a turn's critical-path work (reading the
-    checkpoint it continues, committing it) gets sessions of its own, whose statements run
-    on the event loop's thread (``turn_read`` / ``turn_write``, see
-    ``storage/sqlite_driver.py``); elsewhere they are the same as ``read`` / ``write``."""
+    """Sessions over one database. On SQLite the short reads on a turn's critical path get
+    sessions of their own, whose statements run on the event loop's thread (``turn_read``,
+    see ``storage/sqlite_driver.py``); elsewhere ``turn_read`` is ``read``."""
 
     def __init__(self, engine: AsyncEngine, turn_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
         self.turn_engine = turn_engine or engine
         self.dialect = engine.dialect.name
         self._reader, self._writer = _sessionmakers(engine)
-        self._turn_reader, self._turn_writer = _sessionmakers(self.turn_engine)
+        self._turn_reader, _ = _sessionmakers(self.turn_engine)
         for counted in {engine, self.turn_engine}:
             event.listen(counted.sync_engine, "before_cursor_execute", _count_statement)
 
@@ -70,12 +69,8 @@ class Database:
         return self._write(self._writer)
 
     def turn_read(self) -> AbstractAsyncContextManager[AsyncSession]:
-        """``read`` for a few small statements on a turn's critical path."""
+        """``read`` for a few small statements on a turn's critical path (read only)."""
         return self._read(self._turn_reader)
-
-    def turn_write(self) -> AbstractAsyncContextManager[AsyncSession]:
-        """``write`` for a few small statements on a turn's critical path."""
-        return self._write(self._turn_writer)
 
     @asynccontextmanager
     async def _read(
@@ -85,6 +80,10 @@ class Database:
         try:
             async with sessions() as session:
                 yield session
+        except DBAPIError as exc:
+            if _is_lock_timeout(exc):
+                raise DatabaseBusy("the database is busy; retry the request") from exc
+            raise
         finally:
             DB_TRANSACTION_DURATION.labels("read").observe(time.perf_counter() - started)
 

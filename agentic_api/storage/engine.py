@@ -49,8 +49,8 @@ def _sqlite_engine(url: str, *, echo: bool, inline: bool) -> AsyncEngine:
         raise ValueError("in-memory SQLite is not supported; give the database a file")
     driver = INLINE_DRIVER if inline else ONE_HOP_DRIVER
     engine = create_async_engine(url.replace("sqlite+aiosqlite:", f"sqlite+{driver}:", 1), **kwargs)
-    # The inline driver waits for locks without blocking the loop, and leaves WAL
-    # checkpoints to a worker thread (see storage/sqlite_driver.py).
+    # The inline driver never waits inside SQLite (it retries after an asyncio.sleep), and
+    # only reads: a write may fsync, which must never happen on the event loop's thread.
     busy_timeout_ms = 0 if inline else SQLITE_BUSY_TIMEOUT_MS
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -63,7 +63,7 @@ def _sqlite_engine(url: str, *, echo: bool, inline: bool) -> AsyncEngine:
         cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
         cursor.execute("PRAGMA synchronous=NORMAL")
         if inline:
-            cursor.execute("PRAGMA wal_autocheckpoint=0")
+            cursor.execute("PRAGMA query_only=ON")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

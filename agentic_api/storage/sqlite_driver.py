@@ -12,13 +12,13 @@ scheduled before the loop can go on.
   and a transaction's ``BEGIN`` travels with its first statement. Used for everything
   that may run long (listings, purges, aggregates), so the event loop never waits on it.
 - ``sqlite+agentic_inline`` (**inline**): the statement runs on the event loop's own
-  thread. Only for the short, bounded statements on a turn's critical path (reading a
-  checkpoint, committing a turn). It must never block the loop, so its connections have
-  no busy timeout: a ``SQLITE_BUSY`` (another connection holds the write lock) is
-  retried after an ``asyncio.sleep``, with backoff, up to the same overall wait as the
-  other driver's busy timeout; and they never checkpoint the WAL on commit (that can
-  write and fsync megabytes): a checkpoint runs on a worker thread every
-  ``CHECKPOINT_EVERY_COMMITS`` commits instead.
+  thread. Only for the short, bounded reads on a turn's critical path. It must never
+  block the loop, so its connections are read only (``PRAGMA query_only``: a write can
+  wait for another process's write lock, fsync the WAL header when the log restarts,
+  or run a checkpoint; on a slow disk any of these would stall every request in
+  flight) and have no busy timeout: a ``SQLITE_BUSY`` (rare for a reader in WAL mode)
+  is retried after an ``asyncio.sleep``, with backoff, up to the same overall wait as
+  the other driver's busy timeout.
 
 ``storage/engine.py`` builds the engines; ``storage/database.py`` decides which work uses
 which. Server-side cursors (unused here) keep the stock behaviour.
@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -50,7 +49,6 @@ INLINE_DRIVER = "agentic_inline"
 BUSY_WAIT_SECONDS = 10.0
 _FIRST_BACKOFF_SECONDS = 0.0005
 _MAX_BACKOFF_SECONDS = 0.02
-CHECKPOINT_EVERY_COMMITS = 200
 
 _Outcome = tuple[Any, int, int | None, list[Any]]
 T = TypeVar("T")
@@ -201,14 +199,12 @@ class LoopThreadSqlite:
     """Plays the part of an aiosqlite connection for SQLAlchemy's adapter, over a plain
     sqlite3 connection used only on the event loop's thread."""
 
-    def __init__(self, connection: sqlite3.Connection, checkpoints: WalCheckpoints) -> None:
+    def __init__(self, connection: sqlite3.Connection) -> None:
         self._conn = connection
         self._connection: sqlite3.Connection | None = connection
-        self._checkpoints = checkpoints
 
     async def commit(self) -> None:
         self._conn.commit()
-        self._checkpoints.note_commit()
 
     async def rollback(self) -> None:
         self._conn.rollback()
@@ -282,53 +278,15 @@ def is_busy(exc: sqlite3.OperationalError) -> bool:
     return "database is locked" in str(exc)
 
 
-class WalCheckpoints:
-    """Runs a passive WAL checkpoint on a worker thread every so many inline commits, so
-    the WAL stays bounded without a commit on the event loop ever doing that I/O."""
-
-    def __init__(self) -> None:
-        self.database: str | None = None
-        self._commits = 0
-        self._running = False
-        self._lock = threading.Lock()
-
-    def note_commit(self) -> None:
-        self._commits += 1
-        if self._commits < CHECKPOINT_EVERY_COMMITS or self._running or self.database is None:
-            return
-        self._commits = 0
-        self._running = True
-        asyncio.get_running_loop().run_in_executor(None, self._checkpoint, self.database)
-
-    def _checkpoint(self, database: str) -> None:
-        try:
-            with self._lock:
-                connection = sqlite3.connect(database, timeout=0)
-                try:
-                    # PASSIVE: copies what it can without waiting for readers or writers.
-                    connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except sqlite3.OperationalError:
-                    pass  # busy: the next one will catch up
-                finally:
-                    connection.close()
-        finally:
-            self._running = False
-
-
 class InlineDbapi(AsyncAdapt_aiosqlite_dbapi):
-    def __init__(self, aiosqlite: Any, sqlite: Any) -> None:
-        super().__init__(aiosqlite, sqlite)
-        self.checkpoints = WalCheckpoints()
-
     def connect(self, *arg: Any, **kw: Any) -> InlineConnection:
         database = arg[0] if arg else kw.pop("database")
         kw.pop("async_creator_fn", None)
         # Never block the loop waiting for a lock: InlineConnection retries instead.
         kw["timeout"] = 0
         kw["check_same_thread"] = False
-        self.checkpoints.database = str(database)
         raw = sqlite3.connect(database, *arg[1:], **kw)
-        return InlineConnection(self, LoopThreadSqlite(raw, self.checkpoints))
+        return InlineConnection(self, LoopThreadSqlite(raw))
 
 
 class InlineSQLiteDialect(SQLiteDialect_aiosqlite):

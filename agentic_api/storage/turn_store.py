@@ -46,7 +46,7 @@ class SessionTurnStore:
     async def insert(
         self, row: Response, items: Sequence[NewItem], events: Sequence[tuple[int, str]]
     ) -> None:
-        async with self._db.turn_write() as session:
+        async with self._db.write() as session:
             repo = ResponseRepository(session)
             await repo.insert(row, items)
             await repo.add_events(row.id, events)

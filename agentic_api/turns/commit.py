@@ -127,7 +127,7 @@ async def _commit_with_the_rest(
 ) -> None:
     """The commit of a turn that also joins a conversation, completes a reserved
     (background) row or carries commit steps: one transaction through the repositories."""
-    async with db.turn_write() as session:
+    async with db.write() as session:
         if turn.conversation is not None and row.conversation_position is not None:
             # First, so a turn that lost the race raises before writing anything.
             await append_turn(
