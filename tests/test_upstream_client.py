@@ -128,3 +128,40 @@ async def test_base_url_path_prefix_is_kept() -> None:
     finally:
         await client.aclose()
         server.close()
+
+
+async def test_cookies_the_upstream_sets_are_not_sent_back() -> None:
+    cookies: list[bytes] = []
+
+    async def set_cookie(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            cookies.extend(
+                line for line in head.split(b"\r\n") if line.lower().startswith(b"cookie:")
+            )
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nset-cookie: replica=r1; Path=/\r\ncontent-length: 2\r\n\r\n{}"
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(set_cookie, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    # A host name: cookie jars ignore cookies from bare IP addresses anyway.
+    client = UpstreamClient(f"http://localhost:{port}")
+    try:
+        for _ in range(2):
+            assert await client.create_response(b"{}", {}) == {}
+        assert cookies == []
+    finally:
+        await client.aclose()
+        server.close()

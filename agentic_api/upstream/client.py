@@ -76,6 +76,9 @@ class UpstreamClient:
                     limit=0, keepalive_timeout=KEEPALIVE_SECONDS, enable_cleanup_closed=True
                 ),
                 auto_decompress=True,
+                # Cookies an upstream (or a router in front of it) sets are not kept: they
+                # would be shared by every tenant's turns, and handling them costs time.
+                cookie_jar=aiohttp.DummyCookieJar(),
                 # Our own line splitting (sse.split_lines) has no line-length limit.
                 read_bufsize=2**16,
             )
