@@ -27,6 +27,7 @@ from tests.upstream_sim import (
     Reply,
     SimConfig,
     SimServer,
+    SimState,
     StreamError,
     ToolCalls,
     render_chat,
@@ -676,3 +677,14 @@ def test_standalone_process_with_control_api():
         proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_recordings_can_be_bounded_to_the_latest():
+    state = SimState(SimConfig(max_recordings=2))
+    for path in ("/a", "/b", "/c"):
+        state.record(
+            method="POST", path=path, query="", headers=[], body=b"{}", parsed={}, client=None
+        )
+    kept = state.requests()
+    assert [(r.path, r.index) for r in kept] == [("/b", 1), ("/c", 2)]
+    assert state.calls["/a"] == 1  # counts still cover every request

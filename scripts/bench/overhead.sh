@@ -42,7 +42,8 @@ wait_http() {
 
 $PY -m tests.upstream_sim --port "$SIM_PORT" --model sim-model --block-size 32 \
   --max-model-len 1000000 --prefill-seconds-per-token 0.00005 \
-  --decode-seconds-per-token 0.002 --log-level warning >"$WORK/sim.log" 2>&1 &
+  --decode-seconds-per-token 0.002 --max-recordings 100 --no-gc-pauses --log-level warning \
+  >"$WORK/sim.log" 2>&1 &
 pids+=($!)
 wait_http "http://127.0.0.1:$SIM_PORT/health"
 

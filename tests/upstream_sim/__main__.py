@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 
 import uvicorn
 
@@ -30,6 +31,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prefill-seconds-per-token", type=float, default=0.0)
     parser.add_argument("--decode-seconds-per-token", type=float, default=0.0)
     parser.add_argument("--default-reply-tokens", type=int, default=None)
+    parser.add_argument(
+        "--max-recordings", type=int, default=None, help="keep only the latest N requests"
+    )
+    parser.add_argument(
+        "--no-gc-pauses",
+        action="store_true",
+        help="benchmarks: turn the garbage collector off (its pauses, ~60 ms once the "
+        "process has served a few thousand requests, would land on whichever requests "
+        "are in flight); cyclic garbage then stays for the life of the process",
+    )
     parser.add_argument("--log-level", default="warning")
     return parser.parse_args(argv)
 
@@ -45,7 +56,10 @@ def main(argv: list[str] | None = None) -> None:
         prefill_seconds_per_token=args.prefill_seconds_per_token,
         decode_seconds_per_token=args.decode_seconds_per_token,
         default_reply_tokens=args.default_reply_tokens,
+        max_recordings=args.max_recordings,
     )
+    if args.no_gc_pauses:
+        gc.disable()
     runtime = Runtime(SimState(config))
     server = uvicorn.Server(uvicorn_config(create_app(runtime), args.log_level))
     runtime.close_connection = connection_closer(server)

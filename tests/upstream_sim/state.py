@@ -57,6 +57,10 @@ class SimConfig:
     # cost per generated token (added to each stream event / to a JSON reply).
     prefill_seconds_per_token: float = 0.0
     decode_seconds_per_token: float = 0.0
+    # Keep only the latest so many requests (None: all). Benchmarks bound it: thousands of
+    # kept request bodies (parsed JSON) made the simulator's own garbage collection pause
+    # for ~60 ms, delaying whichever requests were in flight.
+    max_recordings: int | None = None
 
 
 class Headers(Mapping[str, str]):
@@ -133,6 +137,7 @@ class SimState:
         self.changed = threading.Condition(self.lock)
         self.queue: deque[Behavior] = deque()
         self.recordings: list[RecordedRequest] = []
+        self.recorded = 0
         self.calls: Counter[str] = Counter()
         self.aborted: list[RecordedRequest] = []
         self.cache = PrefixCache(self.config.block_size, self.config.cache_capacity_blocks)
@@ -156,6 +161,7 @@ class SimState:
         with self.lock:
             self.queue.clear()
             self.recordings.clear()
+            self.recorded = 0
             self.calls.clear()
             self.aborted.clear()
             self.cache.clear()
@@ -164,6 +170,7 @@ class SimState:
     def clear_recordings(self) -> None:
         with self.lock:
             self.recordings.clear()
+            self.recorded = 0
             self.calls.clear()
             self.aborted.clear()
 
@@ -196,7 +203,7 @@ class SimState:
     ) -> RecordedRequest:
         with self.lock:
             rec = RecordedRequest(
-                index=len(self.recordings),
+                index=self.recorded,
                 method=method,
                 path=path,
                 query=query,
@@ -206,7 +213,11 @@ class SimState:
                 time=time.time(),
                 client=client,
             )
+            self.recorded += 1
             self.recordings.append(rec)
+            limit = self.config.max_recordings
+            if limit is not None and len(self.recordings) > limit:
+                del self.recordings[: len(self.recordings) - limit]
             self.calls[path] += 1
             self.changed.notify_all()
             return rec
