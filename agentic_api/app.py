@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from agentic_api import __version__
 from agentic_api.http.auth import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.http.errors import install_error_handlers
+from agentic_api.http.hot_route import HotRouteMiddleware, find_route
 from agentic_api.http.middleware import BodyMiddleware, RequestContextMiddleware
 from agentic_api.http.routes import (
     admin,
@@ -152,7 +153,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     if settings.metrics_enabled:
         app.include_router(metrics.router)
-    # Outermost last: the request id wraps everything, including 413s from the body check.
+    # Outermost last: the request id wraps everything, including 413s from the body check;
+    # a turn's create is then served without the router (http/hot_route.py).
+    app.add_middleware(HotRouteMiddleware, route=find_route(responses.router.routes))
     app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContextMiddleware)
     return app

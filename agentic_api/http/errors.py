@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response
 
 from agentic_api.errors import ApiError
@@ -83,11 +84,16 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        request_id = getattr(request.state, "request_id", None)
-        log.exception("unhandled error", path=request.url.path)
-        error = ApiError(
-            f"The server had an error while processing the request (request id {request_id}).",
-            status_code=500,
-            error_type="server_error",
-        )
-        return error_response(error)
+        return unexpected_error_response(request)
+
+
+def unexpected_error_response(request: StarletteRequest) -> Response:
+    """A 500 for an exception nothing else handled (logged here, with its traceback)."""
+    request_id = getattr(request.state, "request_id", None)
+    log.exception("unhandled error", path=request.url.path)
+    error = ApiError(
+        f"The server had an error while processing the request (request id {request_id}).",
+        status_code=500,
+        error_type="server_error",
+    )
+    return error_response(error)
