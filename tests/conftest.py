@@ -3,7 +3,7 @@ the real migrations) and our server on a real loopback port."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +13,7 @@ from openai import OpenAI
 
 from agentic_api.app import create_app
 from agentic_api.settings import Settings
+from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade
 from tests.support.databases import create_pg_database, drop_pg_database, sqlite_url
 from tests.support.servers import ThreadedServer
@@ -126,6 +127,21 @@ def fresh_db(backend: str, tmp_path: Path) -> Iterator[str]:
     yield url
     if pg_name:
         drop_pg_database(pg_name)
+
+
+@pytest.fixture
+def sqlite_file_url(tmp_path: Path) -> str:
+    """A migrated SQLite database of its own, for tests of SQLite specifics."""
+    url = sqlite_url(tmp_path)
+    upgrade(url)
+    return url
+
+
+@pytest.fixture
+async def sqlite_database(sqlite_file_url: str) -> AsyncIterator[Database]:
+    database = Database.from_url(sqlite_file_url)
+    yield database
+    await database.close()
 
 
 @contextmanager

@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,22 +14,11 @@ from sqlalchemy import text
 
 from agentic_api.storage import sqlite_driver
 from agentic_api.storage.database import Database, DatabaseBusy
-from agentic_api.storage.migrate import upgrade
-from tests.support.databases import sqlite_url
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
-    url = sqlite_url(tmp_path)
-    upgrade(url)
-    return url
-
-
-@pytest.fixture
-async def db(url: str) -> AsyncIterator[Database]:
-    database = Database.from_url(url)
-    yield database
-    await database.close()
+def db(sqlite_database: Database) -> Database:
+    return sqlite_database
 
 
 @pytest.fixture
@@ -45,10 +33,6 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str | Non
 
     monkeypatch.setattr(sqlite_driver, "_run_statement", spy)
     yield seen
-
-
-def database_file(url: str) -> str:
-    return url.split(":///", 1)[1]
 
 
 def test_turn_sessions_use_the_inline_driver_and_the_rest_one_hop(db: Database) -> None:
@@ -107,37 +91,6 @@ async def test_a_failed_statement_rolls_the_write_back(db: Database) -> None:
             await session.execute(text("INSERT INTO t VALUES (1)"))
     async with db.turn_read() as session:
         assert (await session.execute(text("SELECT count(*) FROM t"))).scalar_one() == 0
-
-
-class WriteLockHolder:
-    """Another process's writer, as far as SQLite can tell: holds the write lock on its
-    own connection (in a thread) until released."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._taken = threading.Event()
-        self._release = threading.Event()
-        self._thread = threading.Thread(target=self._hold)
-
-    def _hold(self) -> None:
-        connection = sqlite3.connect(self._path, isolation_level=None)
-        connection.execute("BEGIN IMMEDIATE")
-        self._taken.set()
-        self._release.wait(30)
-        connection.execute("COMMIT")
-        connection.close()
-
-    def __enter__(self) -> WriteLockHolder:
-        self._thread.start()
-        self._taken.wait(5)
-        return self
-
-    def release(self) -> None:
-        self._release.set()
-        self._thread.join()
-
-    def __exit__(self, *_exc: object) -> None:
-        self.release()
 
 
 @pytest.fixture

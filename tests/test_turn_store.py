@@ -6,36 +6,29 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
 from agentic_api.storage.database import Database, DatabaseBusy
-from agentic_api.storage.migrate import upgrade
 from agentic_api.storage.models import Response
 from agentic_api.storage.postgres_turn_store import PostgresTurnStore
 from agentic_api.storage.responses import NewItem, ResponseRepository
 from agentic_api.storage.sqlite_turn_store import SqliteTurnStore
 from agentic_api.storage.tenants import TenantRepository
 from agentic_api.storage.turn_store import SessionTurnStore
-from tests.support.databases import sqlite_url
-from tests.test_sqlite_driver import WriteLockHolder, database_file
+from tests.support.sqlite import WriteLockHolder, database_file
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
-    url = sqlite_url(tmp_path)
-    upgrade(url)
-    return url
+def sqlite_db(sqlite_database: Database) -> Database:
+    return sqlite_database
 
 
 @pytest.fixture
-async def sqlite_db(url: str) -> AsyncIterator[Database]:
-    database = Database.from_url(url)
-    yield database
-    await database.close()
+def url(sqlite_file_url: str) -> str:
+    return sqlite_file_url
 
 
 @pytest.fixture
