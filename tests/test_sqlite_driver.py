@@ -17,11 +17,6 @@ from agentic_api.storage.database import Database, DatabaseBusy
 
 
 @pytest.fixture
-def db(sqlite_database: Database) -> Database:
-    return sqlite_database
-
-
-@pytest.fixture
 def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str | None, str]]]:
     """Every (deferred BEGIN, statement) that reaches SQLite through either driver."""
     seen: list[tuple[str | None, str]] = []
@@ -35,16 +30,18 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str | Non
     yield seen
 
 
-def test_turn_sessions_use_the_inline_driver_and_the_rest_one_hop(db: Database) -> None:
-    assert db.turn_engine.dialect.driver == sqlite_driver.INLINE_DRIVER
-    assert db.engine.dialect.driver == sqlite_driver.ONE_HOP_DRIVER
+def test_turn_sessions_use_the_inline_driver_and_the_rest_one_hop(
+    sqlite_database: Database,
+) -> None:
+    assert sqlite_database.turn_engine.dialect.driver == sqlite_driver.INLINE_DRIVER
+    assert sqlite_database.engine.dialect.driver == sqlite_driver.ONE_HOP_DRIVER
 
 
 @pytest.mark.parametrize("kind", ["read", "turn_read", "write"])
 async def test_begin_travels_with_the_first_statement_and_an_empty_transaction_costs_nothing(
-    db: Database, statements: list[tuple[str | None, str]], kind: str
+    sqlite_database: Database, statements: list[tuple[str | None, str]], kind: str
 ) -> None:
-    session_of = getattr(db, kind)
+    session_of = getattr(sqlite_database, kind)
     async with session_of() as session:
         await session.execute(text("SELECT 0"))  # connects (and configures) first
     statements.clear()
@@ -59,37 +56,37 @@ async def test_begin_travels_with_the_first_statement_and_an_empty_transaction_c
     assert statements == []
 
 
-async def test_rows_descriptions_and_counts_come_back(db: Database) -> None:
-    async with db.write() as session:
+async def test_rows_descriptions_and_counts_come_back(sqlite_database: Database) -> None:
+    async with sqlite_database.write() as session:
         await session.execute(text("CREATE TABLE IF NOT EXISTS t (a INTEGER, b TEXT)"))
         inserted = await session.execute(
             text("INSERT INTO t VALUES (:a, :b)"), [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
         )
         assert inserted.rowcount == 2
-    for session_of in (db.read, db.turn_read):
+    for session_of in (sqlite_database.read, sqlite_database.turn_read):
         async with session_of() as session:
             rows = (await session.execute(text("SELECT a, b FROM t ORDER BY a"))).all()
             assert [tuple(r) for r in rows] == [(1, "x"), (2, "y")]
 
 
-async def test_the_inline_engine_cannot_write(db: Database) -> None:
-    async with db.write() as session:
+async def test_the_inline_engine_cannot_write(sqlite_database: Database) -> None:
+    async with sqlite_database.write() as session:
         await session.execute(text("CREATE TABLE t (a INTEGER)"))
     with pytest.raises(Exception, match="readonly"):
-        async with db.turn_read() as session:
+        async with sqlite_database.turn_read() as session:
             await session.execute(text("INSERT INTO t VALUES (1)"))
-    async with db.read() as session:
+    async with sqlite_database.read() as session:
         assert (await session.execute(text("SELECT count(*) FROM t"))).scalar_one() == 0
 
 
-async def test_a_failed_statement_rolls_the_write_back(db: Database) -> None:
-    async with db.write() as session:
+async def test_a_failed_statement_rolls_the_write_back(sqlite_database: Database) -> None:
+    async with sqlite_database.write() as session:
         await session.execute(text("CREATE TABLE t (a INTEGER UNIQUE)"))
     with pytest.raises(Exception, match="UNIQUE"):
-        async with db.write() as session:
+        async with sqlite_database.write() as session:
             await session.execute(text("INSERT INTO t VALUES (1)"))
             await session.execute(text("INSERT INTO t VALUES (1)"))
-    async with db.turn_read() as session:
+    async with sqlite_database.turn_read() as session:
         assert (await session.execute(text("SELECT count(*) FROM t"))).scalar_one() == 0
 
 
@@ -111,13 +108,13 @@ def locked_out(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 
 
 async def test_inline_reader_waits_without_blocking_the_loop(
-    db: Database, locked_out: threading.Event
+    sqlite_database: Database, locked_out: threading.Event
 ) -> None:
     locked_out.set()
-    async with db.write() as session:
+    async with sqlite_database.write() as session:
         await session.execute(text("CREATE TABLE t (a INTEGER)"))
         await session.execute(text("INSERT INTO t VALUES (1)"))
-    async with db.turn_read() as session:  # connected and configured beforehand
+    async with sqlite_database.turn_read() as session:  # connected and configured beforehand
         await session.execute(text("SELECT 1"))
     locked_out.clear()
     ticks = 0
@@ -129,7 +126,7 @@ async def test_inline_reader_waits_without_blocking_the_loop(
             ticks += 1
 
     async def read() -> int:
-        async with db.turn_read() as session:
+        async with sqlite_database.turn_read() as session:
             return int((await session.execute(text("SELECT count(*) FROM t"))).scalar_one())
 
     clock = asyncio.create_task(ticker())
@@ -144,13 +141,13 @@ async def test_inline_reader_waits_without_blocking_the_loop(
 
 
 async def test_inline_reader_gives_up_as_database_busy(
-    db: Database, locked_out: threading.Event, monkeypatch: pytest.MonkeyPatch
+    sqlite_database: Database, locked_out: threading.Event, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sqlite_driver, "BUSY_WAIT_SECONDS", 0.2)
     locked_out.set()
-    async with db.turn_read() as session:
+    async with sqlite_database.turn_read() as session:
         await session.execute(text("SELECT 1"))
     locked_out.clear()
     with pytest.raises(DatabaseBusy):
-        async with db.turn_read() as session:
+        async with sqlite_database.turn_read() as session:
             await session.execute(text("SELECT 2"))

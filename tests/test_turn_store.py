@@ -22,16 +22,6 @@ from tests.support.sqlite import WriteLockHolder, database_file
 
 
 @pytest.fixture
-def sqlite_db(sqlite_database: Database) -> Database:
-    return sqlite_database
-
-
-@pytest.fixture
-def url(sqlite_file_url: str) -> str:
-    return sqlite_file_url
-
-
-@pytest.fixture
 async def db(fresh_db: str) -> AsyncIterator[Database]:
     """SQLite and PostgreSQL, each with its own turn store."""
     database = Database.from_url(fresh_db)
@@ -168,10 +158,10 @@ async def test_a_failed_insert_leaves_nothing(db: Database) -> None:
     await db.turns.insert(sample_row("resp_b", tenant), ITEMS, [])
 
 
-async def test_sqlite_inserts_run_on_the_writer_thread(sqlite_db: Database) -> None:
+async def test_sqlite_inserts_run_on_the_writer_thread(sqlite_database: Database) -> None:
     # A commit may fsync: never on the event loop's thread.
-    tenant = await new_tenant(sqlite_db)
-    store = sqlite_db.turns
+    tenant = await new_tenant(sqlite_database)
+    store = sqlite_database.turns
     assert isinstance(store, SqliteTurnStore)
     threads: list[str] = []
     write = store._write
@@ -187,15 +177,15 @@ async def test_sqlite_inserts_run_on_the_writer_thread(sqlite_db: Database) -> N
 
 
 async def test_insert_waits_for_the_write_lock_then_gives_up_as_busy(
-    sqlite_db: Database, url: str, monkeypatch: pytest.MonkeyPatch
+    sqlite_database: Database, sqlite_file_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentic_api.storage import sqlite_turn_store
 
-    db = sqlite_db
+    db = sqlite_database
     tenant = await new_tenant(db)
     # (read when the writer thread first connects)
     monkeypatch.setattr(sqlite_turn_store, "SQLITE_BUSY_TIMEOUT_MS", 200)
-    with WriteLockHolder(database_file(url)), pytest.raises(DatabaseBusy):
+    with WriteLockHolder(database_file(sqlite_file_url)), pytest.raises(DatabaseBusy):
         await db.turns.insert(sample_row("resp_a", tenant), ITEMS, [])
     assert await db.turns.checkpoint(tenant, "resp_a") is None
     await db.turns.insert(sample_row("resp_a", tenant), ITEMS, [])
@@ -203,7 +193,7 @@ async def test_insert_waits_for_the_write_lock_then_gives_up_as_busy(
 
 
 async def test_sqlite_checkpoints_run_on_their_own_thread_every_so_many_commits(
-    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+    sqlite_database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentic_api.storage import sqlite_turn_store
 
@@ -216,14 +206,14 @@ async def test_sqlite_checkpoints_run_on_their_own_thread_every_so_many_commits(
         real(database)
 
     monkeypatch.setattr(sqlite_turn_store, "_checkpoint", spy)
-    tenant = await new_tenant(sqlite_db)
+    tenant = await new_tenant(sqlite_database)
     for index in range(7):
-        await sqlite_db.turns.insert(sample_row(f"resp_{index}", tenant), ITEMS, EVENTS)
+        await sqlite_database.turns.insert(sample_row(f"resp_{index}", tenant), ITEMS, EVENTS)
         await asyncio.sleep(0.05)  # lets a checkpoint finish before the next is due
     assert len(threads) == 2
     assert all(name.startswith("sqlite-checkpoint") for name in threads)
     # ... and never inside a commit: the writer's connection does not checkpoint.
-    store = sqlite_db.turns
+    store = sqlite_database.turns
     assert isinstance(store, SqliteTurnStore)
 
     def writer_setting() -> int:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 
@@ -69,6 +71,24 @@ async def test_connection_refused_is_unreachable_even_for_a_turn() -> None:
         await client.aclose()
 
 
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@asynccontextmanager
+async def client_of(
+    handler: Handler, *, host: str = "127.0.0.1", path: str = "", **options: Any
+) -> AsyncIterator[UpstreamClient]:
+    """An UpstreamClient pointed at a raw TCP server on loopback answering with ``handler``."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = UpstreamClient(f"http://{host}:{port}{path}", **options)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+        server.close()
+
+
 async def test_answer_cut_after_the_request_was_sent_is_interrupted() -> None:
     async def answer_half(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.readuntil(b"\r\n\r\n")
@@ -77,16 +97,10 @@ async def test_answer_cut_after_the_request_was_sent_is_interrupted() -> None:
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(answer_half, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = UpstreamClient(f"http://127.0.0.1:{port}")
-    try:
+    async with client_of(answer_half) as client:
         with pytest.raises(UpstreamInterrupted) as error:
             await client.create_response(b"{}", {})
         assert error.value.code == "upstream_stream_interrupted"
-    finally:
-        await client.aclose()
-        server.close()
 
 
 async def test_silence_past_the_read_timeout_is_a_504() -> None:
@@ -94,19 +108,13 @@ async def test_silence_past_the_read_timeout_is_a_504() -> None:
         await asyncio.sleep(5)
         writer.close()
 
-    server = await asyncio.start_server(never_answer, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = UpstreamClient(f"http://127.0.0.1:{port}", read_timeout=0.2)
-    try:
+    async with client_of(never_answer, read_timeout=0.2) as client:
         with pytest.raises(UpstreamInterrupted) as error:
             await client.create_response(b"{}", {})
         assert (error.value.status_code, error.value.code) == (504, "upstream_timeout")
         with pytest.raises(UpstreamError) as unsent:
             await client.post_json("/v1/other", {})
         assert (unsent.value.status_code, unsent.value.code) == (504, "upstream_timeout")
-    finally:
-        await client.aclose()
-        server.close()
 
 
 async def test_base_url_path_prefix_is_kept() -> None:
@@ -119,15 +127,9 @@ async def test_base_url_path_prefix_is_kept() -> None:
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(record, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = UpstreamClient(f"http://127.0.0.1:{port}/llm/")
-    try:
+    async with client_of(record, path="/llm/") as client:
         assert await client.create_response(b"{}", {}) == {}
         assert seen == [b"POST /llm/v1/responses HTTP/1.1"]
-    finally:
-        await client.aclose()
-        server.close()
 
 
 async def test_cookies_the_upstream_sets_are_not_sent_back() -> None:
@@ -154,14 +156,8 @@ async def test_cookies_the_upstream_sets_are_not_sent_back() -> None:
             await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(set_cookie, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
     # A host name: cookie jars ignore cookies from bare IP addresses anyway.
-    client = UpstreamClient(f"http://localhost:{port}")
-    try:
+    async with client_of(set_cookie, host="localhost") as client:
         for _ in range(2):
             assert await client.create_response(b"{}", {}) == {}
         assert cookies == []
-    finally:
-        await client.aclose()
-        server.close()

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem
-from agentic_api.storage.responses import _COLUMN_KEYS, _LIVE_CHECKPOINT, NewItem
+from agentic_api.storage.responses import LIVE_CHECKPOINT, RESPONSE_COLUMN_KEYS, NewItem
 
 _Processor = Callable[[Any], Any] | None
 
@@ -75,7 +75,7 @@ class TurnStatements:
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = dialect
-        self._checkpoint = CompiledStatement(_LIVE_CHECKPOINT, dialect)
+        self._checkpoint = CompiledStatement(LIVE_CHECKPOINT, dialect)
         self._item_insert = CompiledStatement(
             insert(ResponseItem), dialect, column_keys=list(ITEM_KEYS)
         )
@@ -96,7 +96,7 @@ class TurnStatements:
         self, row: Response, items: Sequence[NewItem], events: Sequence[tuple[int, str]]
     ) -> list[Batch]:
         """What ``ResponseRepository.insert`` and ``add_events`` would run, in order."""
-        values = {key: value for key, value in vars(row).items() if key in _COLUMN_KEYS}
+        values = {key: value for key, value in vars(row).items() if key in RESPONSE_COLUMN_KEYS}
         row_insert = self._row_insert(frozenset(values))
         batches = [Batch(row_insert.sql, row_insert.parameters(values), many=False)]
         if items:

@@ -75,7 +75,7 @@ class ResponseRepository:
         # A continuation only reads the row, once, so it skips the ORM's identity map and
         # loading machinery: a plain row turned into a detached Response.
         connection = await self.session.connection()
-        row = (await connection.execute(_LIVE_CHECKPOINT, params)).first()
+        row = (await connection.execute(LIVE_CHECKPOINT, params)).first()
         return None if row is None else Response(**row._mapping)
 
     async def chain_items(self, tenant_id: str, response_id: str) -> Sequence[StoredItem]:
@@ -100,7 +100,9 @@ class ResponseRepository:
     async def insert(self, response: Response, items: Sequence[NewItem]) -> None:
         # A plain INSERT of the attributes set (the ORM's unit of work costs more than the
         # statement on every turn); unset columns take their defaults as with session.add.
-        values = {key: value for key, value in vars(response).items() if key in _COLUMN_KEYS}
+        values = {
+            key: value for key, value in vars(response).items() if key in RESPONSE_COLUMN_KEYS
+        }
         connection = await self.session.connection()
         await connection.execute(insert(Response), values)
         await self._insert_items(response.id, response.tenant_id, 0, items)
@@ -300,13 +302,16 @@ _CHAIN_ROOT = (
     .order_by(_CHAIN.c.hops.desc())
     .limit(1)
 )
-_COLUMN_KEYS = frozenset(column.key for column in Response.__table__.columns)
+# Shared with storage/compiled.py, which runs the same statements on a driver connection.
+RESPONSE_COLUMN_KEYS = frozenset(column.key for column in Response.__table__.columns)
 _LIVE = (
     Response.id == bindparam("response_id"),
     Response.tenant_id == bindparam("tenant_id"),
     Response.deleted_at.is_(None),
 )
 _LIVE_RESPONSE = select(Response).where(*_LIVE)
-_LIVE_CHECKPOINT = select(
+# A live response of a tenant without its stored object and request (what a
+# continuation reads of its parent).
+LIVE_CHECKPOINT = select(
     *(column for column in Response.__table__.columns if column.key not in ("body", "request"))
 ).where(*_LIVE)
