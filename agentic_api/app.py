@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from agentic_api import __version__
+from agentic_api.background.worker import BackgroundWorkers
 from agentic_api.http.auth import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
@@ -32,8 +33,7 @@ from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade_async
 from agentic_api.storage.tenants import TenantRepository
-from agentic_api.turns.verified_histories import VerifiedHistories
-from agentic_api.turns.worker import BackgroundWorkers
+from agentic_api.storage.verified_histories import VerifiedHistories
 from agentic_api.upstream.client import UpstreamClient
 
 log = get_logger("agentic_api.app")

@@ -10,7 +10,7 @@ from typing import Any
 from agentic_api.metrics import BACKGROUND_TASKS
 from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
-from agentic_api.turns.verified_histories import VerifiedHistories
+from agentic_api.storage.verified_histories import VerifiedHistories
 from agentic_api.upstream.client import UpstreamClient
 
 

@@ -14,6 +14,7 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy agentic_api lineage migrations
+.venv/bin/lint-imports --no-cache
 .venv/bin/python -m pytest "$@"
 
 # The real-vLLM tier (CPU vLLM + tiny model; ~1-2 min once scripts/real_vllm/setup.sh has

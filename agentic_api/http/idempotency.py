@@ -1,16 +1,16 @@
-"""The ``Idempotency-Key`` header: read and checked here, acted on in ``turns/idempotency``."""
+"""The ``Idempotency-Key`` header: read and checked here, acted on in ``idempotency.py``."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agentic_api.background.follow import follow
 from agentic_api.errors import InvalidRequest
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.http.sse import from_followed, sse_response
 from agentic_api.services import Services
 from agentic_api.storage.idempotency import Outcome
-from agentic_api.turns.background import follow
 from agentic_api.wire.limits import MAX_IDEMPOTENCY_KEY_LENGTH
 
 HEADER = "Idempotency-Key"

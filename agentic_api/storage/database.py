@@ -6,30 +6,24 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from agentic_api.errors import ApiError
 from agentic_api.metrics import DB_STATEMENTS, DB_TRANSACTION_DURATION
 from agentic_api.storage.engine import create_engine
+from agentic_api.storage.errors import DatabaseBusy
+from agentic_api.storage.turn_store import TurnStore, open_turn_store
 
-if TYPE_CHECKING:
-    from agentic_api.storage.turn_store import TurnStore
-
-
-class DatabaseBusy(ApiError):
-    status_code = 503
-    error_type = "server_error"
-    code = "database_busy"
+__all__ = ["Database", "DatabaseBusy"]
 
 
 class Database:
     """Sessions over one database. On SQLite the short reads on a turn's critical path get
     sessions of their own, whose statements run on the event loop's thread (``turn_read``,
-    see ``storage/sqlite_driver.py``); elsewhere ``turn_read`` is ``read``."""
+    see ``storage/sqlite/drivers.py``); elsewhere ``turn_read`` is ``read``."""
 
     def __init__(self, engine: AsyncEngine, turn_engine: AsyncEngine | None = None) -> None:
         self.engine = engine
@@ -53,11 +47,8 @@ class Database:
 
     @cached_property
     def turns(self) -> TurnStore:
-        """A turn's checkpoint read and plain insert (``storage/turn_store.py``)."""
-        # Imported here: the turn stores are built on this module.
-        from agentic_api.storage.turn_store import open_turn_store
-
-        return open_turn_store(self)
+        """A turn's checkpoint read and plain insert (``storage/turn_store/``)."""
+        return open_turn_store(self.turn_engine, self)
 
     def read(self) -> AbstractAsyncContextManager[AsyncSession]:
         """A session for reads; closing it releases (and rolls back) its connection while
@@ -82,7 +73,7 @@ class Database:
                 yield session
         except DBAPIError as exc:
             if _is_lock_timeout(exc):
-                raise DatabaseBusy("the database is busy; retry the request") from exc
+                raise DatabaseBusy() from exc
             raise
         finally:
             DB_TRANSACTION_DURATION.labels("read").observe(time.perf_counter() - started)
@@ -100,7 +91,7 @@ class Database:
                 except DBAPIError as exc:
                     await session.rollback()
                     if _is_lock_timeout(exc):
-                        raise DatabaseBusy("the database is busy; retry the request") from exc
+                        raise DatabaseBusy() from exc
                     raise
                 except BaseException:
                     await session.rollback()

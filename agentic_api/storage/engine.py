@@ -10,9 +10,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from agentic_api.storage.sqlite_driver import INLINE_DRIVER, ONE_HOP_DRIVER
-
-SQLITE_BUSY_TIMEOUT_MS = 10_000
+from agentic_api.storage.sqlite.drivers import INLINE_DRIVER, ONE_HOP_DRIVER
+from agentic_api.storage.sqlite.pragmas import SQLITE_BUSY_TIMEOUT_MS, connection_pragmas
 
 
 def _dump_json(value: Any) -> str:
@@ -28,7 +27,7 @@ def create_engine(
     url: str, *, pool_size: int = 10, echo: bool = False, inline: bool = False
 ) -> AsyncEngine:
     """``inline``: SQLite only, the driver that runs statements on the event loop's
-    thread (``storage/sqlite_driver.py``), for a turn's short critical-path work."""
+    thread (``storage/sqlite/drivers.py``), for a turn's short critical-path work."""
     if url.startswith("sqlite"):
         return _sqlite_engine(url, echo=echo, inline=inline)
     return create_async_engine(
@@ -58,12 +57,8 @@ def _sqlite_engine(url: str, *, echo: bool, inline: bool) -> AsyncEngine:
         # Take over transaction control from pysqlite so we can say BEGIN IMMEDIATE.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        if inline:
-            cursor.execute("PRAGMA query_only=ON")
+        for pragma in connection_pragmas(busy_timeout_ms=busy_timeout_ms, read_only=inline):
+            cursor.execute(pragma)
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

@@ -302,7 +302,8 @@ _CHAIN_ROOT = (
     .order_by(_CHAIN.c.hops.desc())
     .limit(1)
 )
-# Shared with storage/compiled.py, which runs the same statements on a driver connection.
+# Shared with storage/turn_store/statements.py, which runs the same statements on a driver
+# connection.
 RESPONSE_COLUMN_KEYS = frozenset(column.key for column in Response.__table__.columns)
 _LIVE = (
     Response.id == bindparam("response_id"),

@@ -14,10 +14,10 @@ from agentic_api.storage.conversations import NewConversationItem
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import NewItem, ResponseRepository
+from agentic_api.storage.verified_histories import VerifiedHistories
 from agentic_api.turns.conversation import append_turn
 from agentic_api.turns.history import salt_identity
 from agentic_api.turns.prepare import CONTINUABLE, PreparedTurn
-from agentic_api.turns.verified_histories import VerifiedHistories
 from agentic_api.wire.items import Item
 from lineage import extend_digest, prefix_digest
 

@@ -8,21 +8,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentic_api.errors import InvalidRequest
+from agentic_api.mcp.specs import McpServer, has_secrets, parse_servers, redact_tools
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository
-from agentic_api.tools.specs import McpServer, has_secrets, parse_servers, redact_tools
+from agentic_api.storage.verified_histories import VerifiedHistories
 from agentic_api.turns.approvals import PendingApproval, resolve_approvals
+from agentic_api.turns.commit_steps import CommitStep, EventLog
+from agentic_api.turns.connection_histories import ConnectionHistories
 from agentic_api.turns.conversation import ConversationState, load_conversation
 from agentic_api.turns.errors import (
     previous_response_not_continuable,
     previous_response_not_found,
 )
 from agentic_api.turns.history import load_history
-from agentic_api.turns.local import LocalCheckpoints
 from agentic_api.turns.render import render_body, upstream_fields, upstream_headers
-from agentic_api.turns.steps import CommitStep, EventLog
-from agentic_api.turns.verified_histories import VerifiedHistories
 from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest
@@ -83,7 +83,7 @@ class PreparedTurn:
     history_digest: str | None = None
     reservation: Reservation | None = None
     # Set by whoever runs the turn: work that commits with it, and where its events
-    # are already being stored (see turns/steps.py).
+    # are already being stored (see turns/commit_steps.py).
     commit_steps: list[CommitStep] = field(default_factory=list)
     event_log: EventLog | None = None
     # The request's MCP servers, with their secrets (which ``request`` no longer holds).
@@ -119,11 +119,11 @@ async def prepare_turn(
     request: CreateResponseRequest,
     *,
     histories: VerifiedHistories,
-    local: LocalCheckpoints | None = None,
+    local: ConnectionHistories | None = None,
     reservation: Reservation | None = None,
 ) -> PreparedTurn:
     """``histories``: this process's verified histories, consulted before the items in
-    storage. ``local``: a WebSocket connection's own checkpoints, consulted before both.
+    storage. ``local``: a WebSocket connection's own histories, consulted before both.
     ``reservation``: the id, creation time and input a background job was enqueued with."""
     mcp_servers = parse_servers(request.tools)
     if mcp_servers:

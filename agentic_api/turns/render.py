@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentic_api.tools.specs import is_mcp
+from agentic_api.mcp.specs import is_mcp
 from agentic_api.wire.items import Item
 from agentic_api.wire.mcp import CLIENT_ONLY_TYPES
 from agentic_api.wire.requests import CreateResponseRequest

@@ -1,6 +1,6 @@
 """Running a prepared turn: one upstream request (streamed and relayed, or one JSON
 call), then committed. Turns in which the gateway runs tools take several rounds
-(``turns/tool_loop.py``); both end through ``turns/outcome.py``."""
+(``turns/tool_loop.py``); both end through ``turns/finish.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from agentic_api.metrics import TurnMeter
 from agentic_api.services import Services
 from agentic_api.turns.channel import TurnChannel
 from agentic_api.turns.commit import commit_turn
-from agentic_api.turns.outcome import (
+from agentic_api.turns.finish import (
     Emit,
     TurnFailed,
     complete_turn,

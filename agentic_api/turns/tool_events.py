@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_api.tools.catalog import GatewayTool, ToolCatalog
+from agentic_api.mcp.catalog import GatewayTool, ToolCatalog
 from agentic_api.wire import mcp as wire
 from lineage import IdKind
 

@@ -1,7 +1,7 @@
 """A turn in which the gateway runs MCP tools: several upstream rounds, one commit.
 
 1. Every MCP server of the request is checked against the host allow-list, connected,
-   and listed once (``tools/``); the client is shown one ``mcp_list_tools`` item per
+   and listed once (``mcp/``); the client is shown one ``mcp_list_tools`` item per
    server, the model their tools as function tools (``<server_label>__<tool>``) next to
    the client's own, in the request's ``tools``; the ``mcp`` entries themselves never
    go upstream. A refused host (400), an unreachable server (424) or an upstream that
@@ -35,15 +35,15 @@ from typing import Any
 
 from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.log import get_logger
+from agentic_api.mcp.catalog import GatewayTool, ToolCatalog
+from agentic_api.mcp.client import CallOutcome, McpLimits
+from agentic_api.mcp.specs import is_mcp
+from agentic_api.mcp.toolbox import McpToolbox, check_hosts
 from agentic_api.metrics import TurnMeter
 from agentic_api.services import Services
 from agentic_api.settings import Settings
-from agentic_api.tools.catalog import GatewayTool, ToolCatalog
-from agentic_api.tools.mcp_client import CallOutcome, McpLimits
-from agentic_api.tools.specs import is_mcp
-from agentic_api.tools.toolbox import McpToolbox, check_hosts
 from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.outcome import (
+from agentic_api.turns.finish import (
     Emit,
     complete_turn,
     fail_turn,

@@ -14,10 +14,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from agentic_api import idempotency
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
 from agentic_api.http.auth import TenantContext, require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.http.json_response import JsonResponse
+from agentic_api.idempotency import Claim
 from agentic_api.storage.conversations import (
     ConversationRepository,
     NewConversationItem,
@@ -26,9 +28,7 @@ from agentic_api.storage.conversations import (
 from agentic_api.storage.idempotency import KeyRef, Outcome
 from agentic_api.storage.models import Conversation
 from agentic_api.storage.types import to_unix
-from agentic_api.turns import idempotency
 from agentic_api.turns.errors import conversation_not_found
-from agentic_api.turns.idempotency import Claim
 from agentic_api.wire.conversations import (
     AddItemsRequest,
     ConversationDeleted,

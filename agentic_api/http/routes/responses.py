@@ -11,23 +11,26 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
+from agentic_api import idempotency
+from agentic_api.background import queue as background
+from agentic_api.background.follow import follow
+from agentic_api.background.queue import enqueue
 from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.http.auth import TenantContext, require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.http.sse import from_channel, from_followed, from_list, from_stored, sse_response
+from agentic_api.idempotency import Claim, requires_store
 from agentic_api.storage.idempotency import KeyRef, Outcome
 from agentic_api.storage.responses import ResponseRepository
-from agentic_api.turns import background, idempotency
-from agentic_api.turns.background import TERMINAL_STATUSES, enqueue, follow
 from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.idempotency import Claim, requires_store
 from agentic_api.turns.prepare import Caller, prepare_turn
-from agentic_api.turns.replay import rebuild_events
+from agentic_api.turns.rebuilt_events import rebuild_events
 from agentic_api.turns.run import TurnFailed, run_turn
 from agentic_api.wire.limits import MAX_LIST_LIMIT
 from agentic_api.wire.listing import present_item
 from agentic_api.wire.requests import CreateResponseRequest, parse_create_request
+from agentic_api.wire.status import TERMINAL_STATUSES
 
 T = TypeVar("T")
 router = APIRouter(tags=["responses"])

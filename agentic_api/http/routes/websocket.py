@@ -21,7 +21,7 @@ from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.local import LocalCheckpoints, checkpoint_after
+from agentic_api.turns.connection_histories import ConnectionHistories, lane_history_after
 from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
 from agentic_api.turns.run import TurnFailed, run_turn, run_without_model
 from agentic_api.wire.requests import parse_create_request
@@ -46,7 +46,7 @@ class Session:
     websocket: WebSocket
     services: Services
     tenant: TenantContext
-    local: LocalCheckpoints = field(default_factory=LocalCheckpoints)
+    local: ConnectionHistories = field(default_factory=ConnectionHistories)
     lanes: dict[str, Lane] = field(default_factory=dict)
     send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: bool = False
@@ -264,7 +264,7 @@ def _remember(
 ) -> None:
     session.local.remember(
         lane_key,
-        checkpoint_after(
+        lane_history_after(
             response_id=turn.response_id,
             model=turn.request.model,
             session_id=turn.lineage.session_id,

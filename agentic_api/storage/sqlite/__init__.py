@@ -1,0 +1,1 @@
+"""SQLite specifics: our two SQLAlchemy drivers and the connection settings."""

@@ -1,0 +1,178 @@
+"""A turn's checkpoint read and its insert on SQLite, on plain sqlite3 connections.
+
+The statements and value conversions are ``storage/turn_store/statements.py``'s, compiled for the
+engine's dialect, so a row written here is the row ``ResponseRepository.insert`` would
+write, and the other way round.
+
+- The checkpoint read runs on the event loop's thread, on a read-only connection
+  (``PRAGMA query_only``), like the inline driver's (``storage/sqlite/drivers.py``): one
+  statement, its own transaction; a rare ``SQLITE_BUSY`` is retried after an
+  ``asyncio.sleep``, never by blocking.
+- The insert runs on this store's own writer thread, on its own connection, in one
+  ``BEGIN IMMEDIATE`` transaction: a commit may fsync (SQLite syncs the WAL header when
+  the log restarts after a checkpoint), which on a slow disk would stall every request
+  in flight if it ran on the loop; there it may also simply wait for a write lock held
+  by another process (busy timeout). Turns of one process commit one after another
+  anyway: SQLite has one writer at a time.
+- WAL checkpoints (copying the log back into the database file, then syncing it) run on
+  a third thread, every ``CHECKPOINT_EVERY_COMMITS`` commits, in PASSIVE mode: a
+  checkpoint of a 1000-page log took tens of ms, which, left to SQLite's automatic
+  checkpoint inside a commit, made that turn and those queued behind it wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from sqlalchemy.engine import Dialect
+
+from agentic_api.metrics import DB_STATEMENTS, DB_TRANSACTION_DURATION
+from agentic_api.storage.errors import DatabaseBusy
+from agentic_api.storage.models import Response
+from agentic_api.storage.responses import NewItem
+from agentic_api.storage.sqlite.drivers import is_busy, run_when_unlocked
+from agentic_api.storage.sqlite.pragmas import SQLITE_BUSY_TIMEOUT_MS, connection_pragmas
+from agentic_api.storage.turn_store.statements import Batch, TurnStatements
+
+CHECKPOINT_EVERY_COMMITS = 100
+
+
+class SqliteTurnStore:
+    def __init__(self, database: str, dialect: Dialect) -> None:
+        self._database = database
+        self._statements = TurnStatements(dialect)
+        self._reader: sqlite3.Connection | None = None
+        # Its connection is made, used and closed on the executor's one thread.
+        self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-turn-writer")
+        self._writer: sqlite3.Connection | None = None
+        self._closed = False
+        self._checkpoint_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-checkpoint")
+        self._commits = 0
+        self._checkpointing = False
+
+    async def checkpoint(self, tenant_id: str, response_id: str) -> Response | None:
+        read = self._statements.checkpoint(tenant_id, response_id)
+        cursor = self._read_connection().cursor()
+        started = time.perf_counter()
+        try:
+            raw = await run_when_unlocked(
+                lambda: cursor.execute(read.sql, read.parameters).fetchone()
+            )
+        except sqlite3.OperationalError as exc:
+            _raise_busy_if(exc)
+            raise
+        finally:
+            DB_STATEMENTS.inc()
+            DB_TRANSACTION_DURATION.labels("read").observe(time.perf_counter() - started)
+        return None if raw is None else self._statements.checkpoint_row(raw)
+
+    async def insert(
+        self, row: Response, items: Sequence[NewItem], events: Sequence[tuple[int, str]]
+    ) -> None:
+        batches = self._statements.insert(row, items, events)
+        started = time.perf_counter()
+        try:
+            await asyncio.get_running_loop().run_in_executor(
+                self._writer_thread, self._write, batches
+            )
+        except sqlite3.OperationalError as exc:
+            _raise_busy_if(exc)
+            raise
+        finally:
+            DB_STATEMENTS.inc(1 + len(batches))
+            DB_TRANSACTION_DURATION.labels("write").observe(time.perf_counter() - started)
+        self._after_commit()
+
+    def _after_commit(self) -> None:
+        self._commits += 1
+        if self._commits < CHECKPOINT_EVERY_COMMITS or self._checkpointing or self._closed:
+            return
+        self._commits = 0
+        self._checkpointing = True
+        done = self._checkpoint_thread.submit(_checkpoint, self._database)
+        done.add_done_callback(self._checkpoint_done)
+
+    def _checkpoint_done(self, _done: object) -> None:
+        self._checkpointing = False
+
+    def _write(self, batches: Sequence[Batch]) -> None:
+        """On the writer thread: one transaction, committed or rolled back."""
+        if self._writer is None:
+            self._writer = _connect(
+                self._database, busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS, checkpoints=False
+            )
+        connection = self._writer
+        cursor = connection.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            for batch in batches:
+                if batch.many:
+                    cursor.executemany(batch.sql, batch.parameters)
+                else:
+                    cursor.execute(batch.sql, batch.parameters)
+            cursor.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.rollback()
+            raise
+
+    def _read_connection(self) -> sqlite3.Connection:
+        if self._reader is None:
+            self._reader = _connect(self._database, busy_timeout_ms=0, read_only=True)
+        return self._reader
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if not self._closed:
+            self._closed = True
+            self._writer_thread.submit(self._close_writer).result()
+            self._writer_thread.shutdown()
+            self._checkpoint_thread.shutdown()
+
+    def _close_writer(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+def _checkpoint(database: str) -> None:
+    """On the checkpoint thread: copies what it can of the WAL into the database without
+    waiting for readers or writers (PASSIVE); a busy database is left to the next one."""
+    connection = _connect(database, busy_timeout_ms=0, checkpoints=False)
+    try:
+        connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    except sqlite3.OperationalError:
+        pass
+    finally:
+        connection.close()
+
+
+def _connect(
+    database: str, *, busy_timeout_ms: int, read_only: bool = False, checkpoints: bool = True
+) -> sqlite3.Connection:
+    """``checkpoints=False``: this connection's commits never checkpoint the WAL."""
+    # Autocommit mode: transactions are begun and ended by the statements above.
+    connection = sqlite3.connect(
+        database,
+        isolation_level=None,
+        timeout=busy_timeout_ms / 1000,
+        check_same_thread=False,
+    )
+    pragmas = connection_pragmas(
+        busy_timeout_ms=busy_timeout_ms, read_only=read_only, checkpoints=checkpoints
+    )
+    for pragma in pragmas:
+        connection.execute(pragma)
+    return connection
+
+
+def _raise_busy_if(exc: sqlite3.OperationalError) -> None:
+    """A lock that stayed held past the busy timeout is a 503 ``database_busy``."""
+    if is_busy(exc):
+        raise DatabaseBusy() from exc

@@ -1,0 +1,38 @@
+"""A raw WebSocket client of the Responses WebSocket mode, for tests that need frames the
+SDK's ``responses.connect()`` does not send or show."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from websockets.sync.client import ClientConnection, connect
+
+from tests.conftest import RunningServer
+from tests.support.tenants import TenantKeys
+
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
+def ws_url(server: RunningServer) -> str:
+    return server.url.replace("http://", "ws://") + "/v1/responses"
+
+
+def open_socket(server: RunningServer, tenant: TenantKeys) -> ClientConnection:
+    return connect(
+        ws_url(server),
+        additional_headers={"authorization": f"Bearer {tenant.api_key}"},
+        open_timeout=10,
+    )
+
+
+def until_terminal(socket: ClientConnection) -> list[dict[str, Any]]:
+    """Frames up to a terminal event, or a connection-level error frame."""
+    events = []
+    while True:
+        event = json.loads(socket.recv(timeout=20))
+        events.append(event)
+        if event["type"] in TERMINAL or (
+            event["type"] == "error" and "sequence_number" not in event
+        ):
+            return events
