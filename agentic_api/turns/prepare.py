@@ -23,6 +23,7 @@ from agentic_api.turns.errors import (
 )
 from agentic_api.turns.history import load_history
 from agentic_api.turns.render import render_body, upstream_fields, upstream_headers
+from agentic_api.turns.summary_request import requests_compaction, summary_body
 from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest
@@ -93,6 +94,9 @@ class PreparedTurn:
     # Set when the turn completes: its output as the model saw it (what is stored and
     # replayed), which for a turn that ran tools differs from the client's ``output``.
     model_output: list[Item] | None = None
+    # The input ends with a ``compaction_trigger``: the model summarizes the history and
+    # the turn's output is one ``compaction`` item (turns/compaction.py).
+    compacts: bool = False
 
     @property
     def runs_tools(self) -> bool:
@@ -179,6 +183,14 @@ async def prepare_turn(
         parent_fingerprint = ExecutionFingerprint.from_dict(parent.fingerprint)
     check_tool_outputs(history, new_input)
     approvals = resolve_approvals(history, new_input)
+    compacts = requests_compaction(new_input)
+    if compacts and approvals:
+        raise InvalidRequest(
+            "A compacting turn only summarizes; answer the approval requests in a turn "
+            "of their own.",
+            param="input",
+            code="invalid_value",
+        )
 
     lineage = resolve_lineage(
         tenant_id=caller.tenant_id,
@@ -220,13 +232,18 @@ async def prepare_turn(
             created_at=created_at,
             conversation_id=request.conversation_id,
         ),
-        body=render_body(fields, prompt),
+        body=(
+            summary_body(fields, prompt, request.max_output_tokens)
+            if compacts
+            else render_body(fields, prompt)
+        ),
         headers=upstream_headers(lineage),
         conversation=conversation,
         history_digest=history_digest,
         reservation=reservation,
         mcp_servers=mcp_servers,
         approvals=approvals,
+        compacts=compacts,
     )
 
 

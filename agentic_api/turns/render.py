@@ -13,7 +13,7 @@ from agentic_api.mcp.specs import is_mcp
 from agentic_api.wire.items import Item
 from agentic_api.wire.mcp import CLIENT_ONLY_TYPES
 from agentic_api.wire.requests import CreateResponseRequest
-from agentic_api.wire.summary import summary_message
+from agentic_api.wire.summary import COMPACTION_TRIGGER, summary_message
 from lineage import ResponseLineage, canonical_json
 
 # Request fields we read and forward with the client's value when it gave one.
@@ -83,11 +83,12 @@ def render_body(fields: dict[str, Any], items: Sequence[Item]) -> bytes:
 def upstream_bytes(item: Item) -> bytes | None:
     """An item as the upstream receives it: verbatim, except compaction items, which
     model servers do not know and get as the message their summary stands for, and
-    MCP bookkeeping items (tool listings, approval requests and answers), which carry
-    nothing for the model and are not sent at all (None)."""
+    items that carry nothing for the model, which are not sent at all (None): MCP
+    bookkeeping (tool listings, approval requests and answers) and the
+    ``compaction_trigger`` a compacting turn was asked with."""
     if item.type == "compaction":
         return summary_message(item.as_dict())
-    if item.type in CLIENT_ONLY_TYPES:
+    if item.type in CLIENT_ONLY_TYPES or item.type == COMPACTION_TRIGGER:
         return None
     return item.data
 

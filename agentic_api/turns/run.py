@@ -1,6 +1,7 @@
 """Running a prepared turn: one upstream request (streamed and relayed, or one JSON
 call), then committed. Turns in which the gateway runs tools take several rounds
-(``turns/tool_loop.py``); both end through ``turns/finish.py``."""
+(``turns/tool_loop.py``), compacting turns one summary request
+(``turns/compaction.py``); all end through ``turns/finish.py``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from agentic_api.metrics import TurnMeter
 from agentic_api.services import Services
 from agentic_api.turns.channel import TurnChannel
 from agentic_api.turns.commit import commit_turn
+from agentic_api.turns.compaction import run_compaction_turn
 from agentic_api.turns.finish import (
     Emit,
     TurnFailed,
@@ -59,6 +61,10 @@ async def run_turn(
             channel.publish(event)
 
     try:
+        if turn.compacts:
+            return meter.finished(
+                await run_compaction_turn(services, turn, relay, emit, events, meter, channel)
+            )
         if turn.runs_tools:
             return meter.finished(
                 await run_tool_turn(services, turn, relay, emit, events, meter, channel)

@@ -1,4 +1,6 @@
-"""How a ``compaction`` item is shown to the model."""
+"""How compaction items are shown to the model: a ``compaction`` item as a fixed message
+holding its summary, a ``compaction_trigger`` not at all (model servers reject both
+item types: vLLM answers 400 "Unsupported input item type")."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ from typing import Any
 from lineage import canonical_json
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
+# The input item that asks for a compaction (OpenAI's inline form, which Codex uses).
+COMPACTION_TRIGGER = "compaction_trigger"
 
 
 def summary_message(item: dict[str, Any]) -> bytes:

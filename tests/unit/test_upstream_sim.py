@@ -233,6 +233,23 @@ def test_previous_response_id_is_unknown_upstream(sim, http):
     assert r.json()["error"]["param"] == "response_id"
 
 
+@pytest.mark.parametrize(
+    "item",
+    [{"type": "compaction", "encrypted_content": "notes"}, {"type": "compaction_trigger"}],
+    ids=lambda item: item["type"],
+)
+def test_compaction_items_are_unsupported_upstream(sim, http, item):
+    # vLLM parses OpenAI's compaction items but has no prompt for them.
+    sim.push(Reply("not for a refused request"))
+    user = {"type": "message", "role": "user", "content": "hi"}
+    r = http.post("/v1/responses", json={"model": MODEL, "input": [user, item]})
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["message"] == f"Unsupported input item type: {item['type']}"
+    assert (error["param"], error["code"]) == ("input", 400)
+    assert sim.state.pending() == 1
+
+
 # --- Responses API --------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from .exchange import Exchange, Runtime, StreamPlan
 from .generation import Generation, GenPart, default_reply
 from .render import render_responses
 from .state import RecordedRequest, SimConfig
+from .unsupported_items import check_renderable
 
 Json = dict[str, Any]
 
@@ -61,6 +62,7 @@ def _validate(body: Mapping[str, Any], config: SimConfig) -> str | None:
             "response_id",
         )
     check_cache_salt(salt)
+    check_renderable(request_input)
     return salt
 
 
