@@ -22,6 +22,7 @@ from agentic_api.http.routes import (
     conversations,
     health,
     input_tokens,
+    messages,
     metrics,
     models,
     responses,
@@ -135,7 +136,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(
         title="agentic-api",
         version=__version__,
-        description="OpenAI Responses API server that owns conversation state for vLLM.",
+        description="OpenAI Responses API server that owns conversation state for vLLM, "
+        "with the Anthropic Messages API beside it.",
         lifespan=lifespan,
     )
     install_error_handlers(app)
@@ -148,6 +150,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses,
         websocket,
         conversations,
+        messages,
         admin,
     ):
         app.include_router(module.router)

@@ -4,7 +4,8 @@ Everything lives in prometheus-client's default registry (so the process and pla
 collectors come along) and is exposed by ``GET /metrics``. Label sets stay bounded:
 routes are templates (``/v1/responses/{response_id}``), tenants are ids, models are the
 names clients send (the upstream refuses unknown ones, and a refused turn is counted
-under ``status="rejected"``).
+under ``status="rejected"``), and ``api`` is the API a turn came through: ``responses``
+or ``messages`` (Anthropic's).
 """
 
 from __future__ import annotations
@@ -39,18 +40,18 @@ TURNS = Counter(
     "agentic_turns_total",
     "Turns by final status: completed, incomplete, failed (stored as failed), rejected "
     "(the upstream refused it before streaming; nothing stored), error (commit failed).",
-    ["model", "status"],
+    ["api", "model", "status"],
 )
 UPSTREAM_DURATION = Histogram(
     "agentic_upstream_duration_seconds",
     "From sending a turn upstream to the end of its stream.",
-    ["model"],
+    ["api", "model"],
     buckets=LATENCY_BUCKETS,
 )
 TIME_TO_FIRST_TOKEN = Histogram(
     "agentic_time_to_first_token_seconds",
     "From sending a turn upstream to its first output delta.",
-    ["model"],
+    ["api", "model"],
     buckets=LATENCY_BUCKETS,
 )
 COMMIT_DURATION = Histogram(
@@ -69,20 +70,25 @@ DB_STATEMENTS = Counter(
     "SQL statements sent to the database (round trips).",
 )
 INPUT_TOKENS = Counter(
-    "agentic_input_tokens_total", "Prompt tokens of completed turns.", ["model", "tenant"]
+    "agentic_input_tokens_total",
+    "Prompt tokens of completed turns (for Messages: input, cache read and cache creation "
+    "tokens together, the whole prompt).",
+    ["api", "model", "tenant"],
 )
 CACHED_TOKENS = Counter(
     "agentic_cached_tokens_total",
     "Prompt tokens the upstream served from its prefix cache.",
-    ["model", "tenant"],
+    ["api", "model", "tenant"],
 )
 OUTPUT_TOKENS = Counter(
-    "agentic_output_tokens_total", "Generated tokens of completed turns.", ["model", "tenant"]
+    "agentic_output_tokens_total",
+    "Generated tokens of completed turns.",
+    ["api", "model", "tenant"],
 )
 CACHE_HIT_RATIO = Histogram(
     "agentic_cache_hit_ratio",
     "Per turn: cached_tokens / input_tokens.",
-    ["model", "tenant"],
+    ["api", "model", "tenant"],
     buckets=RATIO_BUCKETS,
 )
 REHYDRATED_ITEMS = Histogram(
@@ -138,7 +144,16 @@ def timed(histogram: Histogram) -> Callable[[Callable[P, Awaitable[T]]], Callabl
 class TurnMeter:
     """Feeds the per-turn metrics from the points the turn pipeline passes through."""
 
-    def __init__(self, *, model: str, tenant: str, history_items: int, streaming: bool) -> None:
+    def __init__(
+        self,
+        *,
+        model: str,
+        tenant: str,
+        history_items: int,
+        streaming: bool,
+        api: str = "responses",
+    ) -> None:
+        self.api = api
         self.model = model
         self.tenant = tenant
         self.streaming = streaming
@@ -146,40 +161,70 @@ class TurnMeter:
         self._first_token = False
         self._upstream_done = False
         self._finished = False
-        REHYDRATED_ITEMS.observe(history_items)
+        if api == "responses":
+            # Only Responses turns rebuild a history; Messages clients send theirs.
+            REHYDRATED_ITEMS.observe(history_items)
         if streaming:
             STREAMS_IN_FLIGHT.inc()
 
     def event(self, event: Mapping[str, Any]) -> None:
         """Sees every event relayed to the client; the first delta is the first token."""
         if not self._first_token and str(event.get("type", "")).endswith(".delta"):
+            self.first_token()
+
+    def first_token(self) -> None:
+        if not self._first_token:
             self._first_token = True
-            TIME_TO_FIRST_TOKEN.labels(self.model).observe(time.perf_counter() - self.started)
+            TIME_TO_FIRST_TOKEN.labels(self.api, self.model).observe(
+                time.perf_counter() - self.started
+            )
 
     def upstream_done(self) -> None:
         self._upstream_done = True
-        UPSTREAM_DURATION.labels(self.model).observe(time.perf_counter() - self.started)
+        UPSTREAM_DURATION.labels(self.api, self.model).observe(time.perf_counter() - self.started)
 
     def finished(self, response: dict[str, Any]) -> dict[str, Any]:
         """Records the final Response object (returned unchanged, for ``return``)."""
-        self._finished = True
         status = str(response.get("status"))
-        TURNS.labels(self.model, status).inc()
         usage = response.get("usage")
         if isinstance(usage, Mapping) and status in ("completed", "incomplete"):
-            prompt = int(usage.get("input_tokens") or 0)
             details = usage.get("input_tokens_details")
             cached = int(details.get("cached_tokens") or 0) if isinstance(details, Mapping) else 0
-            INPUT_TOKENS.labels(self.model, self.tenant).inc(prompt)
-            CACHED_TOKENS.labels(self.model, self.tenant).inc(cached)
-            OUTPUT_TOKENS.labels(self.model, self.tenant).inc(int(usage.get("output_tokens") or 0))
-            if prompt > 0:
-                CACHE_HIT_RATIO.labels(self.model, self.tenant).observe(cached / prompt)
+            self.finished_with(
+                status,
+                input_tokens=int(usage.get("input_tokens") or 0),
+                cached_tokens=cached,
+                output_tokens=int(usage.get("output_tokens") or 0),
+            )
+        else:
+            self.finished_with(status)
         return response
+
+    def finished_with(
+        self,
+        status: str,
+        *,
+        input_tokens: int | None = None,
+        cached_tokens: int = 0,
+        output_tokens: int = 0,
+    ) -> None:
+        """Records how a turn ended and, when it produced usage, its tokens
+        (``input_tokens``: the whole prompt, cached tokens included)."""
+        self._finished = True
+        TURNS.labels(self.api, self.model, status).inc()
+        if input_tokens is None:
+            return
+        labels = (self.api, self.model, self.tenant)
+        INPUT_TOKENS.labels(*labels).inc(input_tokens)
+        CACHED_TOKENS.labels(*labels).inc(cached_tokens)
+        OUTPUT_TOKENS.labels(*labels).inc(output_tokens)
+        if input_tokens > 0:
+            CACHE_HIT_RATIO.labels(*labels).observe(cached_tokens / input_tokens)
 
     def close(self) -> None:
         if not self._finished:
             self._finished = True
-            TURNS.labels(self.model, "error" if self._upstream_done else "rejected").inc()
+            status = "error" if self._upstream_done else "rejected"
+            TURNS.labels(self.api, self.model, status).inc()
         if self.streaming:
             STREAMS_IN_FLIGHT.dec()

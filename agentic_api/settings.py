@@ -165,6 +165,12 @@ class Settings(BaseSettings):
         description="Most model rounds (upstream requests) one response may take while the "
         "gateway runs MCP tools between them; a turn that would need more ends incomplete.",
     )
+    messages_record_turns: bool = Field(
+        False,
+        description="Record each Anthropic Messages API turn (usage and session, never the "
+        "messages) for the admin views and cache statistics. Off: Messages traffic is "
+        "stateless and nothing of it is stored.",
+    )
     metrics_enabled: bool = Field(
         True,
         description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "

@@ -31,6 +31,7 @@ from lineage.lineage import (
     ResponseLineage,
     SessionSource,
     resolve_lineage,
+    resolve_stateless_session,
 )
 from lineage.salt import CACHE_SALT_MAX_LENGTH, is_valid_cache_salt, mint_cache_salt
 
@@ -61,5 +62,6 @@ __all__ = [
     "mint_id",
     "prefix_digest",
     "resolve_lineage",
+    "resolve_stateless_session",
     "sha256_hex",
 ]

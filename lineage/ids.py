@@ -44,6 +44,8 @@ class IdKind(StrEnum):
     ADMIN_KEY = "adm"
     CALL = "call"
     JOB = "job"
+    # A recorded turn of the Anthropic Messages API (AGENTIC_MESSAGES_RECORD_TURNS).
+    MESSAGE_TURN = "mturn"
 
 
 _TIME_HEX = 12

@@ -20,6 +20,7 @@ __all__ = [
     "ResponseLineage",
     "SessionSource",
     "resolve_lineage",
+    "resolve_stateless_session",
 ]
 
 # A client that resends its whole, growing history (Codex over HTTP with
@@ -31,6 +32,8 @@ _SESSION_PREFIX = "sess_"
 _SESSION_HEX = 32
 _PROMPT_CACHE_KEY_TAG = b"agentic-api/session/v1/prompt-cache-key"
 _CONTENT_TAG = b"agentic-api/session/v1/content"
+_CLIENT_SESSION_TAG = b"agentic-api/session/v1/client-session"
+_USER_ID_TAG = b"agentic-api/session/v1/user-id"
 
 
 class SessionSource(StrEnum):
@@ -38,6 +41,9 @@ class SessionSource(StrEnum):
     PARENT = "parent"
     PROMPT_CACHE_KEY = "prompt_cache_key"
     CONTENT = "content"
+    # Stateless APIs (Anthropic Messages): the client's own session id, or its user id.
+    CLIENT_SESSION = "client_session"
+    USER_ID = "user_id"
 
 
 @dataclass(frozen=True)
@@ -124,3 +130,32 @@ def _derived_session(tag: bytes, tenant: bytes, *material: bytes) -> str:
     # Hashing the tenant in keeps equal keys of two tenants apart, and
     # hashing at all keeps the client's raw key out of upstream headers.
     return _SESSION_PREFIX + tagged_sha256(tag, tenant, *material).hex()[:_SESSION_HEX]
+
+
+def resolve_stateless_session(
+    *,
+    tenant_id: str,
+    client_session_id: str | None = None,
+    user_id: str | None = None,
+    first_items: Sequence[bytes] = (),
+) -> tuple[str, SessionSource]:
+    """The session of a request whose client keeps all state and resends its history
+    (the Anthropic Messages API): the client's session id when it sends one (Claude
+    Code's ``x-claude-code-session-id``), else its user id (``metadata.user_id``), else
+    the first model-visible items, as for a Responses chain's root. Empty values count
+    as absent, and every source is hashed with the tenant, so equal client values of two
+    tenants never share a session and raw client values never travel upstream.
+    """
+    if not tenant_id:
+        raise ValueError("tenant id must not be empty")
+    tenant = tenant_id.encode("utf-8")
+    if client_session_id:
+        material = client_session_id.encode("utf-8")
+        return _derived_session(_CLIENT_SESSION_TAG, tenant, material), SessionSource.CLIENT_SESSION
+    if user_id:
+        material = user_id.encode("utf-8")
+        return _derived_session(_USER_ID_TAG, tenant, material), SessionSource.USER_ID
+    if first_items:
+        head = first_items[:CONTENT_SESSION_ITEMS]
+        return _derived_session(_CONTENT_TAG, tenant, *head), SessionSource.CONTENT
+    raise ValueError("cannot place a request in a session without a session id, user or items")

@@ -61,12 +61,23 @@ class KeyCache:
 
 
 async def authenticate(services: Services, cache: KeyCache, header: str | None) -> TenantContext:
-    token = bearer_token(header)
+    return await authenticate_token(services, cache, bearer_token(header))
+
+
+async def authenticate_token(
+    services: Services,
+    cache: KeyCache,
+    token: str | None,
+    *,
+    how_to_send: str = "as 'Authorization: Bearer <key>'",
+) -> TenantContext:
+    """The tenant of an API key however it was sent (``how_to_send`` is for the error
+    message when none was)."""
     if token is None and services.settings.single_tenant:
         return await _tenant_by_name(services, LOCAL_TENANT_NAME)
     if token is None:
         raise Unauthorized(
-            "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.",
+            f"You didn't provide an API key. Send it {how_to_send}.",
             code="missing_api_key",
         )
     key_hash = hash_key(token)

@@ -1,4 +1,5 @@
-"""Renders every failure in OpenAI's error shape; no framework HTML or ``{"detail": …}``."""
+"""Renders every failure in OpenAI's error shape (Anthropic's on the Messages API's routes);
+no framework HTML or ``{"detail": …}``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from starlette.responses import Response
 from agentic_api.errors import ApiError
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
+from agentic_api.wire import anthropic
 
 log = get_logger("agentic_api.errors")
 
@@ -27,8 +29,16 @@ _STATUS_CODES = {
 }
 
 
-def error_response(error: ApiError, headers: dict[str, str] | None = None) -> JsonResponse:
-    return JsonResponse(error.body(), status_code=error.status_code, headers=headers)
+def error_body(error: ApiError, path: str = "") -> dict[str, Any]:
+    """The error in the shape the route's clients expect: Anthropic's SDKs and Claude Code
+    read ``{"type": "error", "error": {"type", "message"}}`` on the Messages API's paths."""
+    return anthropic.error_body(error) if anthropic.is_anthropic_path(path) else error.body()
+
+
+def error_response(
+    error: ApiError, headers: dict[str, str] | None = None, *, path: str = ""
+) -> JsonResponse:
+    return JsonResponse(error_body(error, path), status_code=error.status_code, headers=headers)
 
 
 def _param_from_location(location: Sequence[Any]) -> str | None:
@@ -59,12 +69,12 @@ def validation_error(exc: RequestValidationError) -> ApiError:
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
-    async def _api_error(_request: Request, exc: ApiError) -> Response:
-        return error_response(exc)
+    async def _api_error(request: Request, exc: ApiError) -> Response:
+        return error_response(exc, path=request.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> Response:
-        return error_response(validation_error(exc))
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        return error_response(validation_error(exc), path=request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
@@ -80,7 +90,7 @@ def install_error_handlers(app: FastAPI) -> None:
             status_code=status,
             error_type="invalid_request_error" if status < 500 else "server_error",
         )
-        return error_response(error, headers=dict(exc.headers or {}))
+        return error_response(error, headers=dict(exc.headers or {}), path=request.url.path)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -96,4 +106,4 @@ def unexpected_error_response(request: StarletteRequest) -> Response:
         status_code=500,
         error_type="server_error",
     )
-    return error_response(error)
+    return error_response(error, path=request.url.path)

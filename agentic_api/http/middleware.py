@@ -14,6 +14,7 @@ import zstandard
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge
+from agentic_api.http.errors import error_body
 from agentic_api.log import get_logger
 from agentic_api.metrics import observe_request
 from lineage import mint_id
@@ -103,7 +104,7 @@ class BodyMiddleware:
             raw = await self._read_body(receive)
             body = self._decode(raw, encoding)
         except ApiError as exc:
-            await _send_error(send, exc)
+            await _send_error(send, exc, scope.get("path", ""))
             return
 
         replayed = False
@@ -189,8 +190,8 @@ class BodyMiddleware:
 _ENCODING_HEADERS = (b"content-encoding", b"content-length")
 
 
-async def _send_error(send: Send, error: ApiError) -> None:
-    body = orjson.dumps(error.body())
+async def _send_error(send: Send, error: ApiError, path: str) -> None:
+    body = orjson.dumps(error_body(error, path))
     await send(
         {
             "type": "http.response.start",

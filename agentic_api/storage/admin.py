@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -33,6 +33,7 @@ from agentic_api.storage.models import (
     ApiKey,
     Conversation,
     ConversationItem,
+    MessageTurn,
     Response,
     ResponseEvent,
     ResponseItem,
@@ -131,6 +132,11 @@ class UsageTotals:
     input_tokens: int
     cached_tokens: int
     output_tokens: int
+
+
+# Which API's turns the cache statistics count: Responses turns (stored responses),
+# recorded Anthropic Messages turns, or both.
+UsageApi = Literal["all", "responses", "messages"]
 
 
 @dataclass(frozen=True)
@@ -395,33 +401,59 @@ class AdminRepository:
 
     # -- cache statistics -----------------------------------------------------------------
 
-    def _usage_query(self, tenant_id: str, window: Window) -> Select[*tuple[Any, ...]]:
-        query = select(
+    def _usage_rows(self, tenant_id: str, window: Window, api: UsageApi) -> Any:
+        """The tenant's turns in the window as (model, input, cached, output) rows: stored
+        responses and recorded Messages turns, as ``api`` says."""
+        parts: list[Select[*tuple[Any, ...]]] = []
+        for name, table in (("responses", Response), ("messages", MessageTurn)):
+            if api not in ("all", name):
+                continue
+            part = select(
+                table.model.label("model"),
+                table.input_tokens.label("input_tokens"),
+                table.cached_tokens.label("cached_tokens"),
+                table.output_tokens.label("output_tokens"),
+            ).where(table.tenant_id == tenant_id)
+            if window.since is not None:
+                part = part.where(table.created_at >= window.since)
+            if window.until is not None:
+                part = part.where(table.created_at < window.until)
+            parts.append(part)
+        query = parts[0] if len(parts) == 1 else parts[0].union_all(*parts[1:])
+        return query.subquery("usage")
+
+    def _usage_query(self, rows: Any) -> Select[*tuple[Any, ...]]:
+        return select(
             func.count(),
-            func.coalesce(func.sum(Response.input_tokens), 0),
-            func.coalesce(func.sum(Response.cached_tokens), 0),
-            func.coalesce(func.sum(Response.output_tokens), 0),
-        ).where(Response.tenant_id == tenant_id)
-        if window.since is not None:
-            query = query.where(Response.created_at >= window.since)
-        if window.until is not None:
-            query = query.where(Response.created_at < window.until)
-        return query
+            func.coalesce(func.sum(rows.c.input_tokens), 0),
+            func.coalesce(func.sum(rows.c.cached_tokens), 0),
+            func.coalesce(func.sum(rows.c.output_tokens), 0),
+        )
 
     async def usage_by_model(
-        self, tenant_id: str, window: Window, *, after: str | None, limit: int
+        self,
+        tenant_id: str,
+        window: Window,
+        *,
+        after: str | None,
+        limit: int,
+        api: UsageApi = "all",
     ) -> Sequence[UsageTotals]:
         """Per-model totals over every stored turn, deleted ones included: deleting a
         response hides it from the tenant but the upstream work it records happened."""
-        query = self._usage_query(tenant_id, window).add_columns(Response.model)
+        rows = self._usage_rows(tenant_id, window, api)
+        query = self._usage_query(rows).add_columns(rows.c.model)
         if after is not None:
-            query = query.where(Response.model > after)
-        query = query.group_by(Response.model).order_by(Response.model).limit(limit + 1)
-        rows = (await self.session.execute(query)).all()
-        return [UsageTotals(row[4], int(row[0]), *(int(v) for v in row[1:4])) for row in rows]
+            query = query.where(rows.c.model > after)
+        query = query.group_by(rows.c.model).order_by(rows.c.model).limit(limit + 1)
+        found = (await self.session.execute(query)).all()
+        return [UsageTotals(row[4], int(row[0]), *(int(v) for v in row[1:4])) for row in found]
 
-    async def usage_total(self, tenant_id: str, window: Window) -> UsageTotals:
-        row = (await self.session.execute(self._usage_query(tenant_id, window))).one()
+    async def usage_total(
+        self, tenant_id: str, window: Window, api: UsageApi = "all"
+    ) -> UsageTotals:
+        query = self._usage_query(self._usage_rows(tenant_id, window, api))
+        row = (await self.session.execute(query)).one()
         return UsageTotals(None, *(int(v) for v in row))
 
     # -- destructive actions -----------------------------------------------------------------
@@ -483,8 +515,9 @@ class AdminRepository:
         return counts
 
     async def purge_tenant_data(self, tenant_id: str) -> dict[str, int]:
-        """Deletes every response, item, stored event and conversation of the tenant; the
-        tenant and its keys stay. Children first, so no step relies on cascades."""
+        """Deletes every response, item, stored event, conversation and recorded Messages
+        turn of the tenant; the tenant and its keys stay. Children first, so no step
+        relies on cascades."""
         counts: dict[str, int] = {}
         tenant_responses = select(Response.id).where(Response.tenant_id == tenant_id)
         steps: list[tuple[str, Any]] = [
@@ -499,6 +532,7 @@ class AdminRepository:
                 delete(ConversationItem).where(ConversationItem.tenant_id == tenant_id),
             ),
             ("conversations", delete(Conversation).where(Conversation.tenant_id == tenant_id)),
+            ("message_turns", delete(MessageTurn).where(MessageTurn.tenant_id == tenant_id)),
         ]
         for name, statement in steps:
             counts[name] = _rowcount(await self.session.execute(statement))

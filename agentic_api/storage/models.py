@@ -240,3 +240,36 @@ class IdempotencyKey(Base):
     response_id: Mapped[str | None] = mapped_column(ID)
     status_code: Mapped[int | None] = mapped_column(Integer)
     body: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
+
+
+class MessageTurn(Base):
+    """One Anthropic Messages API turn, recorded only with AGENTIC_MESSAGES_RECORD_TURNS:
+    what the admin views and cache statistics need, never the messages themselves (the
+    client owns its history; we keep no copy it could not see or delete)."""
+
+    __tablename__ = "message_turns"
+    __table_args__ = (
+        Index(None, "tenant_id", "created_at"),
+        Index(None, "tenant_id", "session_id", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    session_id: Mapped[str] = mapped_column(String(200))
+    # Where the session came from: client_session, user_id or content.
+    session_source: Mapped[str] = mapped_column(String(32))
+    model: Mapped[str] = mapped_column(String(200))
+    stream: Mapped[bool] = mapped_column(Boolean, default=False)
+    # completed, failed (the upstream broke off or sent an error), cancelled (client left).
+    status: Mapped[str] = mapped_column(String(16))
+    stop_reason: Mapped[str | None] = mapped_column(String(32))
+    # The upstream's message id (msg_…), as the client saw it.
+    message_id: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    message_count: Mapped[int] = mapped_column(Integer, default=0)
+    # The whole prompt (Anthropic's input + cache read + cache creation tokens) and the
+    # part of it the upstream's prefix cache served; None when no usage was reported.
+    input_tokens: Mapped[int | None] = mapped_column(Integer)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer)
+    cache_creation_tokens: Mapped[int | None] = mapped_column(Integer)
+    output_tokens: Mapped[int | None] = mapped_column(Integer)

@@ -28,7 +28,7 @@ _EVENT_STREAM = {"content-type": "application/json", "accept": "text/event-strea
 
 
 class UpstreamStream:
-    """An open SSE stream from the upstream's /v1/responses."""
+    """An open SSE stream from the upstream (/v1/responses or /v1/messages)."""
 
     def __init__(self, response: aiohttp.ClientResponse, base_url: str) -> None:
         self._response = response
@@ -139,6 +139,51 @@ class UpstreamClient:
         finally:
             response.release()
             response.close()
+
+    # -- the Anthropic Messages API (vLLM serves /v1/messages natively) -----------------
+
+    async def create_message(
+        self, body: bytes, headers: Mapping[str, str]
+    ) -> tuple[bytes, dict[str, Any]]:
+        """POST a prepared /v1/messages body without streaming: the answer's bytes, to be
+        relayed as they are, and the same answer parsed (for its usage)."""
+        status, answer = await self._request(
+            "POST", "v1/messages", data=body, headers={**headers, **_JSON}, sent=True
+        )
+        if status != 200:
+            raise from_status(status, answer)
+        return answer, _json_object(answer)
+
+    @asynccontextmanager
+    async def stream_message(
+        self, body: bytes, headers: Mapping[str, str]
+    ) -> AsyncIterator[UpstreamStream]:
+        """POST a prepared /v1/messages body (``stream: true``) and yield its event stream;
+        a refusal before the stream starts is raised here, as an ``ApiError``."""
+        try:
+            response = await self._http.post(
+                "v1/messages", data=body, headers={**headers, **_EVENT_STREAM}
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise from_transport(exc, self.base_url) from exc
+        try:
+            if response.status != 200:
+                raise from_status(response.status, await self._read(response))
+            yield UpstreamStream(response, self.base_url)
+        finally:
+            response.release()
+            response.close()
+
+    async def count_message_tokens(
+        self, body: bytes, headers: Mapping[str, str]
+    ) -> tuple[bytes, dict[str, Any]]:
+        """POST a prepared /v1/messages/count_tokens body: the answer's bytes and parsed."""
+        status, answer = await self._request(
+            "POST", "v1/messages/count_tokens", data=body, headers={**headers, **_JSON}
+        )
+        if status != 200:
+            raise from_status(status, answer)
+        return answer, _json_object(answer)
 
     async def _request(
         self,

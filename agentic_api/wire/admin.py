@@ -200,7 +200,32 @@ class CacheStatsPage(ListPage[CacheStats]):
     tenant_id: str
     since: int | None
     until: int | None
+    api: Literal["all", "responses", "messages"] = Field(
+        description="Whose turns are counted: stored Responses turns, recorded Anthropic "
+        "Messages turns (AGENTIC_MESSAGES_RECORD_TURNS), or both."
+    )
     total: CacheStats
+
+
+class AdminMessageTurn(BaseModel):
+    """A recorded Anthropic Messages API turn: usage and session, never content."""
+
+    object: Literal["admin.message_turn"] = "admin.message_turn"
+    id: str
+    created_at: int
+    session_id: str = Field(description="What went upstream as X-Session-ID.")
+    session_source: str = Field(description="client_session, user_id or content.")
+    model: str
+    stream: bool
+    status: str = Field(description="completed, failed or cancelled (the client left).")
+    stop_reason: str | None
+    message_id: str | None = Field(description="The message id the client saw.")
+    message_count: int = Field(description="Messages the client sent (its whole history).")
+    input_tokens: int | None = Field(description="The whole prompt, cached tokens included.")
+    cached_tokens: int | None = Field(description="Anthropic's cache_read_input_tokens.")
+    cache_creation_tokens: int | None
+    output_tokens: int | None
+    hit_ratio: float | None
 
 
 class Deletion(BaseModel):

@@ -20,6 +20,7 @@ from sqlalchemy import func, or_, select
 
 from agentic_api.http.routes import admin as admin_routes
 from agentic_api.http.routes import conversations as conversations_routes
+from agentic_api.http.routes import messages as messages_routes
 from agentic_api.http.routes import models as models_routes
 from agentic_api.http.routes import responses as responses_routes
 from agentic_api.storage.database import Database
@@ -53,6 +54,7 @@ ADMIN_ROUTES = {
     ("DELETE", "/admin/v1/tenants/{tenant_id}/conversations/{conversation_id}"),
     ("DELETE", "/admin/v1/tenants/{tenant_id}/data"),
     ("GET", "/admin/v1/tenants/{tenant_id}/cache_stats"),
+    ("GET", "/admin/v1/tenants/{tenant_id}/message_turns"),
     ("GET", "/admin/v1/responses/{response_id}/lineage"),
 }
 
@@ -240,6 +242,7 @@ def test_admin_routes_refuse_tenant_keys_and_anonymous_callers(
         ("POST", f"/tenants/{tenant.id}/rotate_salt"),
         ("GET", f"/tenants/{tenant.id}/conversations"),
         ("GET", f"/tenants/{tenant.id}/cache_stats"),
+        ("GET", f"/tenants/{tenant.id}/message_turns"),
         ("DELETE", f"/tenants/{tenant.id}/data"),
         ("GET", "/responses/resp_x/lineage"),
     ]
@@ -706,7 +709,13 @@ def test_openapi_describes_every_admin_and_v1_route(server: RunningServer) -> No
     paths = document["paths"]
     described = {(method.upper(), path) for path, ops in paths.items() for method in ops}
     # Every route of the public routers, read off the routers themselves.
-    for module in (admin_routes, responses_routes, conversations_routes, models_routes):
+    for module in (
+        admin_routes,
+        responses_routes,
+        conversations_routes,
+        models_routes,
+        messages_routes,
+    ):
         for route in module.router.routes:
             assert isinstance(route, APIRoute)
             for method in route.methods or ():
@@ -720,6 +729,8 @@ def test_openapi_describes_every_admin_and_v1_route(server: RunningServer) -> No
         ("GET", "/v1/models"),
         ("POST", "/v1/conversations"),
         ("GET", "/v1/conversations/{conversation_id}/items"),
+        ("POST", "/v1/messages"),
+        ("POST", "/v1/messages/count_tokens"),
     } <= described
 
     assert document["components"]["securitySchemes"]["AdminKey"]["scheme"] == "bearer"

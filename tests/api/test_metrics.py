@@ -40,8 +40,8 @@ def test_a_continuation_moves_the_turn_token_and_request_metrics(
     def delta(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert delta("agentic_turns_total", model=model, status="completed") == 2
-    mine = {"model": model, "tenant": tenant.id}
+    assert delta("agentic_turns_total", api="responses", model=model, status="completed") == 2
+    mine = {"api": "responses", "model": model, "tenant": tenant.id}
     assert delta("agentic_input_tokens_total", **mine) == (
         first.usage.input_tokens + second.usage.input_tokens
     )
@@ -57,9 +57,9 @@ def test_a_continuation_moves_the_turn_token_and_request_metrics(
     assert delta("agentic_rehydrated_items_count") == 2
     assert delta("agentic_rehydrated_items_sum") == 1 + len(first.output)
     assert delta("agentic_turn_commit_seconds_count") == 2
-    assert delta("agentic_upstream_duration_seconds_count", model=model) == 2
+    assert delta("agentic_upstream_duration_seconds_count", api="responses", model=model) == 2
     # Non-streamed turns take one JSON answer from the upstream: no first-token time.
-    assert delta("agentic_time_to_first_token_seconds_count", model=model) == 0
+    assert delta("agentic_time_to_first_token_seconds_count", api="responses", model=model) == 0
     assert delta("agentic_db_transaction_seconds_count", kind="write") >= 2
     assert delta("agentic_db_statements_total") > 0
     ok = {"method": "POST", "route": "/v1/responses", "status": "200"}
@@ -73,13 +73,9 @@ def test_refused_turns_streams_and_unknown_routes_are_counted(
     with client.responses.stream(model=sim.config.model, input="stream it") as stream:
         for _ in stream:
             pass
-    ttft = value(
-        scrape(server), "agentic_time_to_first_token_seconds_count", model=sim.config.model
-    )
-    assert (
-        ttft - value(before, "agentic_time_to_first_token_seconds_count", model=sim.config.model)
-        == 1
-    )
+    first_token = {"api": "responses", "model": sim.config.model}
+    ttft = value(scrape(server), "agentic_time_to_first_token_seconds_count", **first_token)
+    assert ttft - value(before, "agentic_time_to_first_token_seconds_count", **first_token) == 1
     with pytest.raises(NotFoundError):
         client.responses.create(model="no-such-model", input="x")
     httpx.get(f"{server.url}/nowhere/{'x' * 10}")
@@ -88,8 +84,13 @@ def test_refused_turns_streams_and_unknown_routes_are_counted(
     def delta(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
 
-    assert delta("agentic_turns_total", model="no-such-model", status="rejected") == 1
-    assert delta("agentic_turns_total", model=sim.config.model, status="completed") == 1
+    assert (
+        delta("agentic_turns_total", api="responses", model="no-such-model", status="rejected") == 1
+    )
+    assert (
+        delta("agentic_turns_total", api="responses", model=sim.config.model, status="completed")
+        == 1
+    )
     assert value(after, "agentic_streams_in_flight") == value(before, "agentic_streams_in_flight")
     assert delta("agentic_http_requests_total", method="GET", route="unmatched", status="404") == 1
     assert (

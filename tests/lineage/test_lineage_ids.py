@@ -37,6 +37,7 @@ EXPECTED_PREFIXES = {
     "ADMIN_KEY": "adm",
     "CALL": "call",
     "JOB": "job",
+    "MESSAGE_TURN": "mturn",
 }
 
 

@@ -1,7 +1,8 @@
 """A vLLM-shaped upstream simulator for the project's tests.
 
-It answers ``/v1/responses``, ``/v1/chat/completions``, ``/v1/models``, ``/health``
-and ``/tokenize`` the way vLLM 0.32's OpenAI server does as far as our server can
+It answers ``/v1/responses``, ``/v1/chat/completions``, ``/v1/messages`` (Anthropic's
+Messages API, with ``/v1/messages/count_tokens``), ``/v1/models``, ``/health`` and
+``/tokenize`` the way vLLM 0.32's OpenAI server does as far as our server can
 observe: wire shapes, error bodies, ``cache_salt`` validation, and ``cached_tokens``
 from a block-level prefix-cache model over a deterministic toy tokenizer. Tests script
 what the "model" does next (``Reply``, ``ToolCalls``, ``Fail``, ``Disconnect``,
@@ -24,6 +25,7 @@ from .behaviors import (
     ToolCalls,
     behavior_from_json,
 )
+from .messages_api import render_messages
 from .prefix_cache import PrefixCache
 from .render import render_chat, render_responses
 from .server import SimServer, create_app
@@ -50,6 +52,7 @@ __all__ = [
     "behavior_from_json",
     "create_app",
     "render_chat",
+    "render_messages",
     "render_responses",
     "split",
     "tokenize",

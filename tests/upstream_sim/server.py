@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import chat_api, responses_api, tokenizer
+from . import chat_api, messages_api, responses_api, tokenizer
 from .behaviors import Behavior, behavior_from_json
 from .common import check_model, parse_json_object
 from .errors import SimHTTPError, schema_error
@@ -135,6 +135,22 @@ def create_app(runtime: Runtime) -> ASGIApp:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await generation(request, chat_api.prepare)
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        return await generation(request, messages_api.prepare)
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens(request: Request) -> Response:
+        rec = _record_of(request)
+        try:
+            body = parse_json_object(await request.body(), request.headers.get("content-type"))
+            answer = messages_api.count_tokens(body, state.config)
+        except SimHTTPError as exc:
+            state.finish(rec, "rejected", status=exc.status)
+            return _error(exc)
+        state.finish(rec, "completed", status=200)
+        return _json(answer)
 
     @app.get("/health")
     async def health() -> Response:

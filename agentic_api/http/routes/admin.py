@@ -19,10 +19,12 @@ from agentic_api.storage.admin import (
     ConversationFilter,
     ConversationRecord,
     DuplicateTenantName,
+    UsageApi,
     UsageTotals,
     Window,
 )
-from agentic_api.storage.models import ApiKey, Tenant
+from agentic_api.storage.message_turns import MessageTurnRepository
+from agentic_api.storage.models import ApiKey, MessageTurn, Tenant
 from agentic_api.storage.tenants import IssuedKey
 from agentic_api.wire.admin import (
     DEFAULT_LIST_LIMIT,
@@ -30,6 +32,7 @@ from agentic_api.wire.admin import (
     AdminApiKey,
     AdminConversation,
     AdminLineage,
+    AdminMessageTurn,
     AdminTenant,
     AdminTurn,
     CacheStats,
@@ -141,6 +144,26 @@ def _conversation(row: ConversationRecord) -> AdminConversation:
         metadata=row.metadata or {},
         head_response_id=row.head_response_id,
         turn_count=row.turn_count,
+    )
+
+
+def _message_turn(row: MessageTurn) -> AdminMessageTurn:
+    return AdminMessageTurn(
+        id=row.id,
+        created_at=int(row.created_at.timestamp()),
+        session_id=row.session_id,
+        session_source=row.session_source,
+        model=row.model,
+        stream=row.stream,
+        status=row.status,
+        stop_reason=row.stop_reason,
+        message_id=row.message_id,
+        message_count=row.message_count,
+        input_tokens=row.input_tokens,
+        cached_tokens=row.cached_tokens,
+        cache_creation_tokens=row.cache_creation_tokens,
+        output_tokens=row.output_tokens,
+        hit_ratio=hit_ratio(row.input_tokens, row.cached_tokens),
     )
 
 
@@ -381,7 +404,8 @@ async def delete_conversation(tenant_id: str, conversation_id: str, request: Req
 
 @router.delete(
     "/tenants/{tenant_id}/data",
-    summary="Purge all of a tenant's responses, items, events and conversations",
+    summary="Purge all of a tenant's responses, items, events, conversations and recorded "
+    "Messages turns",
 )
 async def purge_tenant_data(tenant_id: str, request: Request) -> Deletion:
     async with services_of(request).db.write() as session:
@@ -427,6 +451,10 @@ async def cache_stats(
     until: UnixTime = None,
     after: Annotated[str | None, Query(description="Cursor: the last model seen.")] = None,
     limit: Limit = DEFAULT_LIST_LIMIT,
+    api: Annotated[
+        UsageApi,
+        Query(description="Count Responses turns, recorded Anthropic Messages turns, or both."),
+    ] = "all",
 ) -> CacheStatsPage:
     if since is not None and until is not None and until <= since:
         raise InvalidRequest("'until' must be later than 'since'.", param="until")
@@ -435,9 +463,10 @@ async def cache_stats(
         repo = AdminRepository(session)
         await _require_tenant(repo, tenant_id)
         rows, more = page_of(
-            await repo.usage_by_model(tenant_id, window, after=after, limit=limit), limit
+            await repo.usage_by_model(tenant_id, window, after=after, limit=limit, api=api),
+            limit,
         )
-        total = await repo.usage_total(tenant_id, window)
+        total = await repo.usage_total(tenant_id, window, api)
     data = [_stats(r) for r in rows]
     return CacheStatsPage(
         data=data,
@@ -447,5 +476,30 @@ async def cache_stats(
         tenant_id=tenant_id,
         since=since,
         until=until,
+        api=api,
         total=_stats(total),
     )
+
+
+@router.get(
+    "/tenants/{tenant_id}/message_turns",
+    summary="Recorded Anthropic Messages API turns, oldest first (optionally of one session)",
+)
+async def list_message_turns(
+    tenant_id: str,
+    request: Request,
+    session_id: Annotated[
+        str | None, Query(max_length=200, description="Only this session's turns.")
+    ] = None,
+    after: After = None,
+    limit: Limit = DEFAULT_LIST_LIMIT,
+) -> ListPage[AdminMessageTurn]:
+    async with services_of(request).db.read() as session:
+        await _require_tenant(AdminRepository(session), tenant_id)
+        rows, more = page_of(
+            await MessageTurnRepository(session).list(
+                tenant_id, session_id=session_id, after=after, limit=limit
+            ),
+            limit,
+        )
+    return list_page([_message_turn(r) for r in rows], more, lambda t: t.id)

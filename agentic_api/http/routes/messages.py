@@ -1,0 +1,127 @@
+"""The Anthropic Messages API: ``POST /v1/messages`` (JSON or SSE) and
+``POST /v1/messages/count_tokens``, for the ``anthropic`` SDKs and Claude Code.
+
+Anthropic's conventions at the door: the key in ``x-api-key`` (or ``Authorization:
+Bearer``), the ``anthropic-version`` header required, errors as ``{"type": "error",
+"error": {"type", "message"}}`` (rendered by ``http/errors.py`` for these paths).
+Claude Code adds ``?beta=true`` to the path; query parameters are not ours to act on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response, StreamingResponse
+
+from agentic_api.http.auth import (
+    KeyCache,
+    TenantContext,
+    authenticate_token,
+    bearer_token,
+    services_of,
+)
+from agentic_api.http.sse import SSE_HEADERS
+from agentic_api.turns.message_stream import open_message_stream
+from agentic_api.turns.messages import (
+    PreparedMessage,
+    count_message_tokens,
+    create_message,
+    prepare_message,
+)
+from agentic_api.turns.prepare import Caller
+from agentic_api.wire.anthropic import (
+    BETA_HEADER,
+    CLIENT_SESSION_HEADER,
+    VERSION_HEADER,
+    check_beta,
+    check_version,
+    client_session,
+    parse_messages_request,
+)
+
+router = APIRouter(tags=["messages"])
+
+_HEADERS = (
+    ("x-api-key", False, "The tenant's API key (or send 'Authorization: Bearer <key>')."),
+    (VERSION_HEADER, True, "Anthropic API version, e.g. 2023-06-01."),
+    (BETA_HEADER, False, "Comma-separated beta flags, passed to the model server as sent."),
+    (CLIENT_SESSION_HEADER, False, "The client's session (Claude Code sends it)."),
+)
+# Documented here rather than declared as parameters: the route reads the raw headers
+# and body itself, so that its errors come in Anthropic's shape and its body is
+# forwarded as sent.
+_OPENAPI: dict[str, Any] = {
+    "parameters": [
+        {
+            "name": name,
+            "in": "header",
+            "required": required,
+            "schema": {"type": "string"},
+            "description": text,
+        }
+        for name, required, text in _HEADERS
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    },
+}
+
+
+async def anthropic_tenant(request: Request) -> TenantContext:
+    cache: KeyCache = request.app.state.key_cache
+    token = request.headers.get("x-api-key") or bearer_token(request.headers.get("authorization"))
+    return await authenticate_token(
+        services_of(request),
+        cache,
+        token.strip() if token and token.strip() else None,
+        how_to_send="in the 'x-api-key' header (or as 'Authorization: Bearer <key>')",
+    )
+
+
+async def _prepare(request: Request, *, counting: bool) -> PreparedMessage:
+    # Anthropic's order: who is asking, then which API version, then what is asked.
+    tenant = await anthropic_tenant(request)
+    version = check_version(request.headers.get(VERSION_HEADER))
+    beta = check_beta(request.headers.get(BETA_HEADER))
+    session = client_session(request.headers.get(CLIENT_SESSION_HEADER))
+    body = parse_messages_request(await request.body(), counting=counting)
+    return prepare_message(
+        Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt),
+        body,
+        version=version,
+        beta=beta,
+        client_session_id=session,
+    )
+
+
+@router.post(
+    "/v1/messages",
+    summary="Create a message (Anthropic Messages API; SSE with stream: true)",
+    openapi_extra=_OPENAPI,
+)
+async def messages(request: Request) -> Response:
+    services = services_of(request)
+    turn = await _prepare(request, counting=False)
+    if turn.request.stream:
+        stream = await open_message_stream(services, turn)
+        cancel = services.settings.stream_disconnect == "cancel"
+        return StreamingResponse(
+            stream.frames(cancel_on_disconnect=cancel),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
+        )
+    return Response(await create_message(services, turn), media_type="application/json")
+
+
+@router.post(
+    "/v1/messages/count_tokens",
+    summary="Count a message request's input tokens (Anthropic Messages API)",
+    openapi_extra=_OPENAPI,
+)
+async def count_tokens(request: Request) -> Response:
+    turn = await _prepare(request, counting=True)
+    return Response(
+        await count_message_tokens(services_of(request), turn), media_type="application/json"
+    )
