@@ -39,7 +39,8 @@ HTTP_DURATION = Histogram(
 TURNS = Counter(
     "agentic_turns_total",
     "Turns by final status: completed, incomplete, failed (stored as failed), rejected "
-    "(the upstream refused it before streaming; nothing stored), error (commit failed).",
+    "(the upstream refused it before streaming; nothing stored), error (commit failed), "
+    "cancelled (a Messages stream whose client left).",
     ["api", "model", "status"],
 )
 UPSTREAM_DURATION = Histogram(
