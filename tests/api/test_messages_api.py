@@ -64,6 +64,15 @@ def salt_of(tenant: TenantKeys) -> str:
     return mint_cache_salt(TEST_SECRET.encode(), tenant.id, 1)
 
 
+def prompt_tokens(usage: Any) -> int:
+    """The whole prompt, as Anthropic splits it: input, cache read, cache creation."""
+    return int(
+        usage.input_tokens
+        + (usage.cache_read_input_tokens or 0)
+        + (usage.cache_creation_input_tokens or 0)
+    )
+
+
 def assert_anthropic_error(response: httpx.Response, status: int, error_type: str) -> str:
     assert response.status_code == status, response.text
     body = response.json()
@@ -95,9 +104,7 @@ def test_create_answers_with_the_upstream_message(
     upstream = sim.last("/v1/messages")
     assert upstream.json.get("stream") in (None, False)
     assert upstream.json["cache_salt"] == salt_of(tenant)
-    assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) == (
-        upstream.prompt_tokens
-    )
+    assert prompt_tokens(message.usage) == upstream.prompt_tokens
     assert message.usage.output_tokens == upstream.output_tokens
     # The client's key is ours; the model server never sees it.
     assert "x-api-key" not in upstream.headers
@@ -523,9 +530,8 @@ def test_recorded_turns_feed_the_admin_views_and_are_purged(
         assert turns[0]["session_id"] == turns[1]["session_id"]
         assert turns[0]["session_source"] == "content"
         assert turns[1]["cached_tokens"] == second.usage.cache_read_input_tokens > 0
-        assert turns[1]["input_tokens"] == (
-            second.usage.input_tokens + (second.usage.cache_read_input_tokens or 0)
-        )
+        assert turns[1]["input_tokens"] == prompt_tokens(second.usage)
+        assert turns[1]["cache_creation_tokens"] == second.usage.cache_creation_input_tokens
         assert turns[1]["output_tokens"] == second.usage.output_tokens
         by_session = admin_get(
             recording,

