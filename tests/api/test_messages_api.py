@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -622,3 +623,42 @@ def test_metrics_are_labelled_by_api(
     assert delta("agentic_upstream_duration_seconds_count", api="messages", model=model) == 3
     ok = {"method": "POST", "route": "/v1/messages", "status": "200"}
     assert delta("agentic_http_requests_total", **ok) == 3
+
+
+def test_lost_answers_and_clients_who_leave_are_recorded_as_such(
+    db_url: str, sim: SimServer, tmp_path: Path
+) -> None:
+    with running_server(
+        db_url, sim, tmp_path, messages_record_turns=True, stream_disconnect="cancel"
+    ) as recording:
+        tenant = create_tenant(db_url)
+        admin = create_admin_key(db_url)
+        body = {
+            "model": sim.config.model,
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": LONG}],
+        }
+        # The upstream drops the connection after taking the request: a 502, a failed turn.
+        sim.push(Disconnect())
+        assert_anthropic_error(post(recording, tenant, body), 502, "api_error")
+        # A streaming client leaves after the first event: the upstream request is closed.
+        sim.push(Reply("slow " * 40, event_delay=0.05))
+        with httpx.stream(
+            "POST",
+            recording.url + "/v1/messages",
+            json={**body, "stream": True},
+            headers={"x-api-key": tenant.api_key, "anthropic-version": VERSION},
+            timeout=20,
+        ) as response:
+            assert next(response.iter_lines()).startswith("event: message_start")
+        assert sim.wait_aborted(1, timeout=10)
+
+        def statuses() -> list[str]:
+            data = admin_get(recording, admin, f"/tenants/{tenant.id}/message_turns")["data"]
+            return [t["status"] for t in data]
+
+        # The cancelled turn is recorded by its task, after the client has gone.
+        deadline = time.monotonic() + 10
+        while len(statuses()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert statuses() == ["failed", "cancelled"]
