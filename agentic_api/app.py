@@ -12,6 +12,10 @@ from fastapi import FastAPI
 
 from agentic_api import __version__
 from agentic_api.background.worker import BackgroundWorkers
+from agentic_api.cache.residency.endpoints import Endpoint, EndpointError, parse_endpoints
+from agentic_api.cache.residency.subscriber import KvEventSubscriber
+from agentic_api.cache.residency.tags import SessionTags
+from agentic_api.cache.residency.tracker import ResidencyTracker
 from agentic_api.http.auth import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
@@ -30,7 +34,7 @@ from agentic_api.http.routes import (
 )
 from agentic_api.log import configure_logging, get_logger
 from agentic_api.services import Services
-from agentic_api.settings import Settings
+from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade_async
 from agentic_api.storage.tenants import TenantRepository
@@ -42,6 +46,7 @@ log = get_logger("agentic_api.app")
 
 async def build_services(settings: Settings) -> Services:
     settings.check()
+    endpoints = _kv_event_endpoints(settings)
     secret = settings.load_server_secret()
     if settings.is_sqlite:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -63,10 +68,42 @@ async def build_services(settings: Settings) -> Services:
         upstream=upstream,
         secret=secret,
         histories=VerifiedHistories(int(settings.history_cache_mb * 2**20)),
+        session_tags=SessionTags(
+            in_body=settings.upstream_session_id_in_body,
+            report_reuse=settings.kv_events_report_reuse,
+        ),
     )
+    if endpoints:
+        _attach_residency(services, settings, endpoints)
     if settings.single_tenant:
         await _ensure_local_tenant(db)
     return services
+
+
+def _kv_event_endpoints(settings: Settings) -> list[Endpoint]:
+    try:
+        return parse_endpoints(settings.kv_events_endpoints)
+    except EndpointError as exc:
+        raise ConfigError(f"AGENTIC_KV_EVENTS_ENDPOINTS: {exc}") from exc
+
+
+def _attach_residency(services: Services, settings: Settings, endpoints: list[Endpoint]) -> None:
+    """One KV-event subscription per process; started by ``serve``'s lifespan and by
+    ``agentic-api worker`` (``start_residency``)."""
+    services.residency = ResidencyTracker(
+        [endpoint.replica for endpoint in endpoints],
+        max_sessions=settings.residency_max_sessions,
+        max_blocks_per_session=settings.residency_max_blocks_per_session,
+        evictions_kept=settings.residency_evictions_kept,
+    )
+    services.kv_events = KvEventSubscriber(
+        services.residency, endpoints, queue_messages=settings.kv_events_queue_messages
+    )
+
+
+def start_residency(services: Services) -> None:
+    if services.kv_events is not None:
+        services.kv_events.start()
 
 
 async def _ensure_local_tenant(db: Database) -> None:
@@ -82,6 +119,7 @@ async def run_workers(settings: Settings, count: int) -> None:
     configure_logging(settings.log_format, settings.log_level)
     services = await build_services(settings)
     workers = BackgroundWorkers(services, count)
+    start_residency(services)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -107,6 +145,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.key_cache = KeyCache()
         workers = BackgroundWorkers(services, settings.background_workers)
         workers.start()
+        start_residency(services)
         # FastAPI prepares each included route's request handling (pydantic schemas) on
         # its first match: 30-50 ms of CPU that stalled every request in flight then.
         # Building the OpenAPI schema prepares them all, now.

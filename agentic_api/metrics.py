@@ -229,3 +229,67 @@ class TurnMeter:
             TURNS.labels(self.api, self.model, status).inc()
         if self.streaming:
             STREAMS_IN_FLIGHT.dec()
+
+
+# -- KV residency (cache/residency): what the replicas' KV events said -----------------------
+
+IDLE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200, 86400)
+
+KV_EVENT_BATCHES = Counter(
+    "agentic_kv_event_batches_total",
+    "KV-event batches received from each replica (one per engine step that changed its cache).",
+    ["replica"],
+)
+KV_EVENTS = Counter(
+    "agentic_kv_events_total",
+    "KV events applied, by replica and kind (stored, removed, cleared).",
+    ["replica", "kind"],
+)
+KV_COVERAGE_RESETS = Counter(
+    "agentic_kv_coverage_resets_total",
+    "Times a replica's residency was dropped whole: cleared (AllBlocksCleared), restart "
+    "(sequence went backwards), gap (events were lost), malformed (an unreadable batch), "
+    "disconnected (the publisher went away).",
+    ["replica", "reason"],
+)
+KV_RESIDENT_TOKENS = Gauge(
+    "agentic_kv_resident_tokens",
+    "Tokens in KV blocks a replica reported stored for our sessions and not yet removed.",
+    ["replica"],
+)
+KV_TRACKED_SESSIONS = Gauge(
+    "agentic_kv_tracked_sessions", "Sessions whose residency is tracked per replica.", ["replica"]
+)
+KV_RESIDENCY_DROPPED = Counter(
+    "agentic_kv_residency_dropped_total",
+    "Residency forgotten to stay within the memory bounds: whole sessions (least recently "
+    "stored first) or blocks of a session past its cap (oldest first).",
+    ["replica", "what"],
+)
+KV_UNKNOWN_REMOVALS = Counter(
+    "agentic_kv_unknown_removals_total",
+    "Removed block hashes no tracked session held (stored before we listened, unattributed, "
+    "or forgotten).",
+    ["replica"],
+)
+KV_SUBSCRIBER_CONNECTED = Gauge(
+    "agentic_kv_subscriber_connected",
+    "1 while this process's subscription to a replica's KV events has a live connection.",
+    ["replica"],
+)
+KV_SESSIONS_EVICTED_IDLE = Counter(
+    "agentic_kv_sessions_evicted_while_idle_total",
+    "Evictions of a session's blocks while none of its turns was running.",
+    ["replica"],
+)
+KV_EVICTED_BEFORE_RESUME = Counter(
+    "agentic_kv_evicted_before_resume_total",
+    "Turns whose session had blocks removed from a replica after its previous turn ended.",
+    ["replica"],
+)
+KV_IDLE_BEFORE_EVICTED_RESUME = Histogram(
+    "agentic_kv_idle_before_evicted_resume_seconds",
+    "For those turns: how long the session had been idle (previous turn's end to this start).",
+    ["replica"],
+    buckets=IDLE_BUCKETS,
+)

@@ -7,6 +7,9 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_api.cache.residency.subscriber import KvEventSubscriber
+from agentic_api.cache.residency.tags import SessionTags
+from agentic_api.cache.residency.tracker import ResidencyTracker
 from agentic_api.metrics import BACKGROUND_TASKS
 from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
@@ -41,6 +44,11 @@ class Services:
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     background: BackgroundSignals = field(default_factory=BackgroundSignals)
     histories: VerifiedHistories = field(default_factory=lambda: VerifiedHistories(0))
+    # How upstream requests name their session for the replicas' KV events, and what
+    # those events said (None when no KV-event endpoint is configured).
+    session_tags: SessionTags = field(default_factory=SessionTags)
+    residency: ResidencyTracker | None = None
+    kv_events: KvEventSubscriber | None = None
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
@@ -64,5 +72,7 @@ class Services:
 
     async def close(self) -> None:
         await self.drain(grace_seconds=self.settings.shutdown_grace_seconds)
+        if self.kv_events is not None:
+            await asyncio.to_thread(self.kv_events.stop)
         await self.upstream.aclose()
         await self.db.close()

@@ -171,6 +171,46 @@ class Settings(BaseSettings):
         "messages) for the admin views and cache statistics. Off: Messages traffic is "
         "stateless and nothing of it is stored.",
     )
+    kv_events_endpoints: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="KV-event publishers to follow, one per vLLM replica, as "
+        "`name=endpoint` pairs separated by commas (or a JSON object). `ipc://path` is "
+        "connected to (vLLM binds it); `tcp://127.0.0.1:PORT` is bound here (vLLM, told "
+        "that address, connects to it); `connect:` or `bind:` before the address says "
+        "which explicitly. Empty: no residency tracking. Each process subscribes once.",
+    )
+    kv_events_queue_messages: int = Field(
+        10_000,
+        ge=1,
+        description="Event batches queued per replica before ZMQ drops them (then that "
+        "replica's residency is dropped whole, rather than risk showing evicted blocks).",
+    )
+    kv_events_report_reuse: bool = Field(
+        False,
+        description="Ask vLLM (vllm_xargs kv_cache_report_mode=full) to also report the "
+        "blocks each request reused, so a session shows the cached prefix it shares with "
+        "another session. Costs one event hash per reused block per request.",
+    )
+    upstream_session_id_in_body: bool = Field(
+        True,
+        description="Send the session as a body `session_id` besides the X-Session-ID "
+        "header: vLLM labels its KV events with it, and routers that drop the header "
+        "(vllm-router) forward the body.",
+    )
+    residency_max_sessions: int = Field(
+        10_000,
+        ge=1,
+        description="Sessions whose KV residency is kept per replica (least recently stored "
+        "forgotten first).",
+    )
+    residency_max_blocks_per_session: int = Field(
+        4096,
+        ge=1,
+        description="KV blocks kept per session per replica (oldest forgotten first).",
+    )
+    residency_evictions_kept: int = Field(
+        16, ge=1, description="Evictions remembered per session per replica."
+    )
     metrics_enabled: bool = Field(
         True,
         description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "
@@ -198,6 +238,23 @@ class Settings(BaseSettings):
             if text.startswith("["):
                 return json.loads(text)
             return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("kv_events_endpoints", mode="before")
+    @classmethod
+    def _split_endpoints(cls, value: object) -> object:
+        # One env var: a JSON object, or name=endpoint pairs separated by commas.
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("{"):
+                return json.loads(text)
+            pairs: dict[str, str] = {}
+            for part in filter(None, (p.strip() for p in text.split(","))):
+                name, sep, endpoint = part.partition("=")
+                if not sep:
+                    raise ValueError(f"expected name=endpoint, got {part!r}")
+                pairs[name.strip()] = endpoint.strip()
+            return pairs
         return value
 
     @field_validator("mcp_allowed_hosts")

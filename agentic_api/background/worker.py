@@ -239,6 +239,7 @@ async def _prepare(services: Services, row: Response, inputs: Sequence[StoredIte
         request,
         histories=services.histories,
         reservation=reservation,
+        tags=services.session_tags,
     )
 
 

@@ -184,7 +184,9 @@ async def compact(
     trigger = {"type": COMPACTION_TRIGGER}
     given = request.input if isinstance(request.input, list) else _as_items(request.input)
     asked = request.model_copy(update={"input": [*given, trigger], "store": False})
-    turn = await prepare_turn(services.db, caller, asked, histories=services.histories)
+    turn = await prepare_turn(
+        services.db, caller, asked, histories=services.histories, tags=services.session_tags
+    )
     answer = await services.upstream.create_response(turn.body, turn.headers)
     summary = summary_text(answer)
     if not summary:

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.errors import InvalidRequest
 from agentic_api.mcp.specs import McpServer, has_secrets, parse_servers, redact_tools
 from agentic_api.storage.database import Database
@@ -97,6 +98,8 @@ class PreparedTurn:
     # The input ends with a ``compaction_trigger``: the model summarizes the history and
     # the turn's output is one ``compaction`` item (turns/compaction.py).
     compacts: bool = False
+    # How its upstream requests name the session for the replicas' KV events.
+    tags: SessionTags = field(default_factory=SessionTags)
 
     @property
     def runs_tools(self) -> bool:
@@ -125,6 +128,7 @@ async def prepare_turn(
     histories: VerifiedHistories,
     local: ConnectionHistories | None = None,
     reservation: Reservation | None = None,
+    tags: SessionTags | None = None,
 ) -> PreparedTurn:
     """``histories``: this process's verified histories, consulted before the items in
     storage. ``local``: a WebSocket connection's own histories, consulted before both.
@@ -213,7 +217,10 @@ async def prepare_turn(
     )
     changes = fingerprint.diff(parent_fingerprint) if parent_fingerprint else []
     created_at = reservation.created_at if reservation else int(time.time())
-    fields = upstream_fields(request, cache_salt=caller.cache_salt)
+    tags = tags or SessionTags()
+    fields = upstream_fields(
+        request, cache_salt=caller.cache_salt, session_id=lineage.session_id, tags=tags
+    )
     prompt = [*history, *new_input]
     return PreparedTurn(
         caller=caller,
@@ -244,6 +251,7 @@ async def prepare_turn(
         mcp_servers=mcp_servers,
         approvals=approvals,
         compacts=compacts,
+        tags=tags,
     )
 
 

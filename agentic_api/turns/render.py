@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.mcp.specs import is_mcp
 from agentic_api.wire.items import Item
 from agentic_api.wire.mcp import CLIENT_ONLY_TYPES
@@ -38,7 +39,13 @@ _FORWARDED = (
 )
 
 
-def upstream_fields(request: CreateResponseRequest, *, cache_salt: str) -> dict[str, Any]:
+def upstream_fields(
+    request: CreateResponseRequest,
+    *,
+    cache_salt: str,
+    session_id: str | None = None,
+    tags: SessionTags | None = None,
+) -> dict[str, Any]:
     fields: dict[str, Any] = {"model": request.model}
     for name in _FORWARDED:
         value = getattr(request, name)
@@ -54,6 +61,9 @@ def upstream_fields(request: CreateResponseRequest, *, cache_salt: str) -> dict[
     fields["store"] = False
     fields["stream"] = streams_upstream(request)
     fields["cache_salt"] = cache_salt
+    if session_id is not None:
+        # So the replica's KV events name the session even where no header reaches it.
+        (tags or SessionTags()).apply(fields, session_id)
     fields.pop("input", None)
     return fields
 

@@ -60,6 +60,10 @@ async def run_turn(
         if channel is not None:
             channel.publish(event)
 
+    residency = services.residency
+    if residency is not None:
+        # Before the upstream call: were the session's blocks evicted while it was idle?
+        residency.turn_started(turn.lineage.session_id)
     try:
         if turn.compacts:
             return meter.finished(
@@ -95,6 +99,8 @@ async def run_turn(
         raise
     finally:
         meter.close()
+        if residency is not None:
+            residency.turn_finished(turn.lineage.session_id)
         if channel is not None:
             channel.close()
 

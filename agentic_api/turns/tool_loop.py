@@ -180,7 +180,12 @@ class ToolLoop:
 
     def _fields(self, catalog: ToolCatalog) -> dict[str, Any]:
         request = self.turn.request
-        fields = upstream_fields(request, cache_salt=self.turn.caller.cache_salt)
+        fields = upstream_fields(
+            request,
+            cache_salt=self.turn.caller.cache_salt,
+            session_id=self.turn.lineage.session_id,
+            tags=self.turn.tags,
+        )
         fields["tools"] = catalog.upstream_tools(request.tools or [])
         if "tool_choice" in fields:
             fields["tool_choice"] = catalog.upstream_tool_choice(fields["tool_choice"])

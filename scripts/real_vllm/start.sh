@@ -12,7 +12,8 @@
 # Useful extra args (vLLM 0.32):
 #   --kv-events-config '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv"}'
 # Environment: AGENTIC_VLLM_START_TIMEOUT (seconds, default 180),
-#   AGENTIC_VLLM_KVCACHE_GB (VLLM_CPU_KVCACHE_SPACE, default 1),
+#   AGENTIC_VLLM_KVCACHE_GB (VLLM_CPU_KVCACHE_SPACE, default 1; "none" leaves it unset, so
+#   that --kv-cache-memory-bytes N takes effect: the variable would override the flag),
 #   AGENTIC_VLLM_BLOCK_SIZE (default 32: vLLM's CPU attention only takes multiples of 32;
 #   --block-size 16 fails at start-up with "No common block size for 16").
 set -euo pipefail
@@ -59,9 +60,15 @@ if health; then
     exit 1
 fi
 
+KV_SPACE="${AGENTIC_VLLM_KVCACHE_GB:-1}"
+if [[ "$KV_SPACE" == "none" ]]; then
+    unset VLLM_CPU_KVCACHE_SPACE
+else
+    export VLLM_CPU_KVCACHE_SPACE="$KV_SPACE"
+fi
+
 # setsid: own process group, so stop.sh can end the API server and its engine core together.
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
-VLLM_CPU_KVCACHE_SPACE="${AGENTIC_VLLM_KVCACHE_GB:-1}" \
     setsid "$VENV/bin/python" "$HERE/launcher.py" serve "$MODEL_DIR" \
     --host 127.0.0.1 --port "$PORT" \
     --served-model-name "$NAME" \

@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 from .behaviors import Behavior, Content, Disconnect, Fail, Hang, StreamError, event_delay_of
 from .errors import error_bytes, internal_error_type
 from .generation import Generation, generate
+from .kv_events import reports_reuse, session_of
 from .state import RecordedRequest, SimState
 
 # The client of a connection, as uvicorn reports it in scope["client"].
@@ -95,6 +96,8 @@ class Exchange(Response):
         self.stream = stream
         self.prompt_tokens = prompt_tokens
         self.salt = salt
+        # vLLM labels the KV events of this request with it.
+        self.session_id = session_of(rec.json, rec.headers)
         self.max_tokens = max_tokens
         self.render_json = render_json
         self.render_stream = render_stream
@@ -143,7 +146,9 @@ class Exchange(Response):
 
         # Prefill: the prompt's blocks are computed (and cached) from here on, even if
         # the request never completes.
-        cached = self.state.cache_lookup_and_fill(self.prompt_tokens, self.salt)
+        cached = self.state.cache_lookup_and_fill(
+            self.prompt_tokens, self.salt, self.session_id, reports_reuse(self.rec.json)
+        )
         self.state.update(self.rec, prompt_tokens=len(self.prompt_tokens), cached_tokens=cached)
         uncached = len(self.prompt_tokens) - cached
 
@@ -235,7 +240,7 @@ class Exchange(Response):
         # Called just *before* the last bytes go out, so that a test (or the next turn)
         # that has seen the end of the response always finds it recorded and cached.
         # Decoding fills blocks too: the next turn can reuse prompt + generated tokens.
-        self.state.cache_insert(self.prompt_tokens + gen.token_ids, self.salt)
+        self.state.cache_insert(self.prompt_tokens + gen.token_ids, self.salt, self.session_id)
         self.state.finish(self.rec, "incomplete" if gen.truncated else "completed", status=200)
 
     async def _drop_connection(self) -> None:

@@ -14,6 +14,9 @@ import hashlib
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .kv_events import CLEARED, block_hash, removed, stored
 
 # The cache is keyed by (salt, block hash): the salt is both mixed into the chain root
 # and kept in the key so that per-salt statistics are cheap.
@@ -45,33 +48,91 @@ class PrefixCache:
         self._blocks: OrderedDict[_Key, None] = OrderedDict()
         self.hits = 0
         self.queries = 0
+        # When a list, the KV events vLLM would publish for each change are appended to it
+        # (the simulator's state drains it into its publisher).
+        self.journal: list[dict[str, Any]] | None = None
 
-    def lookup(self, tokens: Sequence[int], salt: str | None) -> int:
-        """Cached prompt tokens for a new request: leading cached full blocks, capped."""
+    def lookup(
+        self,
+        tokens: Sequence[int],
+        salt: str | None,
+        *,
+        session_id: str | None = None,
+        report_reuse: bool = False,
+    ) -> int:
+        """Cached prompt tokens for a new request: leading cached full blocks, capped.
+        ``report_reuse`` (vLLM's ``kv_cache_report_mode: full``) journals the reused
+        blocks as stored under ``session_id``."""
         self.queries += 1
-        matched = 0
+        matched: list[bytes] = []
         for digest in block_hashes(tokens, self.block_size, salt):
             key = (salt, digest)
             if key not in self._blocks:
                 break
             self._blocks.move_to_end(key)
-            matched += 1
+            matched.append(digest)
         cap = max(0, (len(tokens) - 1) // self.block_size) * self.block_size
-        cached = min(matched * self.block_size, cap)
+        cached = min(len(matched) * self.block_size, cap)
         if cached:
             self.hits += 1
+            if report_reuse and self.journal is not None:
+                reused = matched[: cached // self.block_size]
+                self.journal.append(
+                    stored(
+                        [block_hash(d) for d in reused],
+                        None,
+                        list(tokens[:cached]),
+                        self.block_size,
+                        salt,
+                        session_id,
+                    )
+                )
         return cached
 
-    def insert(self, tokens: Sequence[int], salt: str | None) -> int:
+    def insert(
+        self, tokens: Sequence[int], salt: str | None, *, session_id: str | None = None
+    ) -> int:
         """Remember every full block of ``tokens``; returns the number of blocks now held."""
-        for digest in block_hashes(tokens, self.block_size, salt):
+        run: list[int] = []
+        run_start = 0
+        run_parent: int | None = None
+        parent: int | None = None
+        for index, digest in enumerate(block_hashes(tokens, self.block_size, salt)):
             key = (salt, digest)
+            new = key not in self._blocks
             self._blocks[key] = None
             self._blocks.move_to_end(key)
+            if new and not run:
+                run_start, run_parent = index, parent
+            if new:
+                run.append(block_hash(digest))
+            elif run:
+                self._journal_stored(run, run_parent, tokens, run_start, salt, session_id)
+                run = []
+            parent = block_hash(digest)
+        if run:
+            self._journal_stored(run, run_parent, tokens, run_start, salt, session_id)
         if self.capacity_blocks is not None:
             while len(self._blocks) > self.capacity_blocks:
-                self._blocks.popitem(last=False)
+                (_salt, digest), _ = self._blocks.popitem(last=False)
+                if self.journal is not None:
+                    self.journal.append(removed(block_hash(digest)))
         return len(self._blocks)
+
+    def _journal_stored(
+        self,
+        run: list[int],
+        parent: int | None,
+        tokens: Sequence[int],
+        first_block: int,
+        salt: str | None,
+        session_id: str | None,
+    ) -> None:
+        if self.journal is None:
+            return
+        start = first_block * self.block_size
+        ids = list(tokens[start : start + len(run) * self.block_size])
+        self.journal.append(stored(list(run), parent, ids, self.block_size, salt, session_id))
 
     def contains_prefix(self, tokens: Sequence[int], salt: str | None) -> int:
         """How many leading full blocks are held, without touching LRU order or stats."""
@@ -89,6 +150,8 @@ class PrefixCache:
         return sum(1 for s, _ in self._blocks if s == salt)
 
     def clear(self) -> None:
+        if self.journal is not None:
+            self.journal.append(CLEARED)
         self._blocks.clear()
         self.hits = 0
         self.queries = 0

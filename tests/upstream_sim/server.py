@@ -264,6 +264,12 @@ def _add_control_routes(app: FastAPI, state: SimState) -> None:
         state.reset()
         return _json({"ok": True})
 
+    @app.post(CONTROL_PREFIX + "reset_prefix_cache")
+    async def reset_prefix_cache() -> Response:
+        # vLLM's /reset_prefix_cache (dev mode): drops every block, AllBlocksCleared.
+        state.cache_clear()
+        return _json({"ok": True})
+
     @app.get(CONTROL_PREFIX + "requests")
     async def requests() -> Response:
         return _json([_summary(r) for r in state.requests()])
@@ -422,6 +428,7 @@ class SimServer:
         server.should_exit = True
         thread.join(timeout)
         self._server = self._thread = self._loop = None
+        self.state.close()
 
     def __enter__(self) -> SimServer:
         return self.start()

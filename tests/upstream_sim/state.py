@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .behaviors import Behavior
+from .kv_events import KvEventPublisher
 from .prefix_cache import PrefixCache
 
 Outcome = Literal[
@@ -61,6 +62,10 @@ class SimConfig:
     # kept request bodies (parsed JSON) made the simulator's own garbage collection pause
     # for ~60 ms, delaying whichever requests were in flight.
     max_recordings: int | None = None
+    # Publish vLLM-shaped KV events on this ZMQ endpoint (ipc:// is bound, tcp://host:p
+    # connected to, as vLLM does); the topic names the replica.
+    kv_events_endpoint: str | None = None
+    kv_events_topic: str = ""
 
 
 class Headers(Mapping[str, str]):
@@ -141,6 +146,12 @@ class SimState:
         self.calls: Counter[str] = Counter()
         self.aborted: list[RecordedRequest] = []
         self.cache = PrefixCache(self.config.block_size, self.config.cache_capacity_blocks)
+        self.kv_publisher: KvEventPublisher | None = None
+        if self.config.kv_events_endpoint is not None:
+            self.kv_publisher = KvEventPublisher(
+                self.config.kv_events_endpoint, self.config.kv_events_topic
+            )
+            self.cache.journal = []
 
     # --- test-facing --------------------------------------------------------------
 
@@ -165,6 +176,7 @@ class SimState:
             self.calls.clear()
             self.aborted.clear()
             self.cache.clear()
+            self._publish_kv_events()
             self.changed.notify_all()
 
     def clear_recordings(self) -> None:
@@ -245,13 +257,44 @@ class SimState:
                 self.aborted.append(rec)
             self.changed.notify_all()
 
-    def cache_lookup_and_fill(self, tokens: list[int], salt: str | None) -> int:
+    def cache_lookup_and_fill(
+        self,
+        tokens: list[int],
+        salt: str | None,
+        session_id: str | None = None,
+        report_reuse: bool = False,
+    ) -> int:
         """Prefill: report the cached prefix, then hold the whole prompt's blocks."""
         with self.lock:
-            cached = self.cache.lookup(tokens, salt)
-            self.cache.insert(tokens, salt)
+            cached = self.cache.lookup(
+                tokens, salt, session_id=session_id, report_reuse=report_reuse
+            )
+            self.cache.insert(tokens, salt, session_id=session_id)
+            self._publish_kv_events()
             return cached
 
-    def cache_insert(self, tokens: list[int], salt: str | None) -> None:
+    def cache_insert(
+        self, tokens: list[int], salt: str | None, session_id: str | None = None
+    ) -> None:
         with self.lock:
-            self.cache.insert(tokens, salt)
+            self.cache.insert(tokens, salt, session_id=session_id)
+            self._publish_kv_events()
+
+    def cache_clear(self) -> None:
+        """vLLM's /reset_prefix_cache: every block dropped, AllBlocksCleared published."""
+        with self.lock:
+            self.cache.clear()
+            self._publish_kv_events()
+
+    def _publish_kv_events(self) -> None:
+        journal = self.cache.journal
+        if self.kv_publisher is not None and journal:
+            self.kv_publisher.publish(list(journal))
+        if journal is not None:
+            journal.clear()
+
+    def close(self) -> None:
+        with self.lock:
+            if self.kv_publisher is not None:
+                self.kv_publisher.close()
+                self.kv_publisher = None

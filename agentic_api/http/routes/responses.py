@@ -84,7 +84,9 @@ async def create_response(request: Request, tenant: Tenant) -> Response:
             return sse_response(from_followed(follow(services.db, queued["id"], None)))
         return JsonResponse(queued)
     try:
-        turn = await prepare_turn(services.db, caller, create, histories=services.histories)
+        turn = await prepare_turn(
+            services.db, caller, create, histories=services.histories, tags=services.session_tags
+        )
     except BaseException:
         if claim is not None:
             await claim.release()

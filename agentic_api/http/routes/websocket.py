@@ -208,6 +208,7 @@ async def _serve_create(
             request,
             histories=session.services.histories,
             local=session.local,
+            tags=session.services.session_tags,
         )
     except ApiError:
         if request.previous_response_id:

@@ -1,0 +1,277 @@
+"""Residency across replicas, fed by the subscriber thread and read by the event loop.
+
+One ``ResidencyTracker`` per process. The subscriber thread calls ``apply`` with each
+batch; turns call ``turn_started`` / ``turn_finished``; the admin views take snapshots.
+All of them hold one lock for microseconds (no I/O under it), so the event loop never
+waits on the subscriber for long.
+
+Each replica's batches carry a sequence number that restarts at 0 with the publisher's
+process. A number lower than or equal to the last one means the replica restarted (its
+cache is empty now); a jump means batches were lost (ZMQ drops past its high-water
+mark), and a lost batch may have removed blocks. Either way that replica's residency is
+dropped whole: we would rather show nothing than blocks that are gone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from agentic_api import metrics
+from agentic_api.cache.residency.events import AllCleared, Batch, BlocksRemoved, BlocksStored
+from agentic_api.cache.residency.replica import Eviction, ReplicaResidency, Reset
+
+
+@dataclass(slots=True)
+class _Activity:
+    last_finished: float | None = None
+    running: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOnReplica:
+    """A copy of what one replica reported for one session, safe to read without the lock."""
+
+    replica: str
+    connected: bool
+    coverage_since: float | None
+    block_size: int | None
+    resident_blocks: int
+    resident_tokens: int
+    first_stored: float | None
+    last_stored: float | None
+    salts: tuple[str, ...]
+    store_times: tuple[float, ...]
+    evictions: tuple[Eviction, ...]
+    resets: tuple[Reset, ...]
+
+
+@dataclass(slots=True)
+class _Feed:
+    """A replica's stream: its last sequence number and whether it is connected."""
+
+    last_seq: int | None = None
+    connected: bool = False
+
+
+class ResidencyTracker:
+    def __init__(
+        self,
+        replicas: Iterable[str],
+        *,
+        max_sessions: int = 10_000,
+        max_blocks_per_session: int = 4096,
+        evictions_kept: int = 16,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self.max_sessions = max_sessions
+        self._replicas: dict[str, ReplicaResidency] = {}
+        self._feeds: dict[str, _Feed] = {}
+        for name in replicas:
+            self._replicas[name] = ReplicaResidency(
+                name,
+                max_sessions=max_sessions,
+                max_blocks_per_session=max_blocks_per_session,
+                evictions_kept=evictions_kept,
+            )
+            self._feeds[name] = _Feed()
+        self._activity: OrderedDict[str, _Activity] = OrderedDict()
+
+    @property
+    def replica_names(self) -> list[str]:
+        return list(self._replicas)
+
+    def now(self) -> float:
+        return self._clock()
+
+    # -- the subscriber's side ----------------------------------------------------------
+
+    def apply(self, replica: str, batch: Batch, now: float | None = None) -> None:
+        now = self.now() if now is None else now
+        with self._lock:
+            target = self._replicas[replica]
+            feed = self._feeds[replica]
+            last = feed.last_seq
+            if last is not None and batch.seq != last + 1:
+                self._reset(target, now, "restart" if batch.seq <= last else "gap")
+            feed.last_seq = batch.seq
+            feed.connected = True
+            self._apply_events(target, batch, now)
+        metrics.KV_EVENT_BATCHES.labels(replica).inc()
+        metrics.KV_RESIDENT_TOKENS.labels(replica).set(target.resident_tokens)
+        metrics.KV_TRACKED_SESSIONS.labels(replica).set(len(target.sessions))
+
+    def lost(self, replica: str, reason: str, now: float | None = None) -> None:
+        """What the replica said may be incomplete (``malformed``) or its publisher went
+        away (``disconnected``): drop its residency, and accept any sequence next."""
+        now = self.now() if now is None else now
+        with self._lock:
+            target = self._replicas[replica]
+            feed = self._feeds[replica]
+            feed.last_seq = None
+            if reason == "disconnected":
+                feed.connected = False
+            self._reset(target, now, reason)
+        metrics.KV_RESIDENT_TOKENS.labels(replica).set(0)
+        if reason == "disconnected":
+            metrics.KV_SUBSCRIBER_CONNECTED.labels(replica).set(0)
+
+    def connected(self, replica: str) -> None:
+        with self._lock:
+            self._feeds[replica].connected = True
+        metrics.KV_SUBSCRIBER_CONNECTED.labels(replica).set(1)
+
+    def _reset(self, target: ReplicaResidency, now: float, reason: str) -> None:
+        target.clear(now, reason)
+        metrics.KV_COVERAGE_RESETS.labels(target.name, reason).inc()
+
+    def _apply_events(self, target: ReplicaResidency, batch: Batch, now: float) -> None:
+        stored = removed = 0
+        for event in batch.events:
+            if isinstance(event, BlocksStored):
+                stored += 1
+                dropped = target.store(event, now)
+                if dropped.sessions:
+                    metrics.KV_RESIDENCY_DROPPED.labels(target.name, "session").inc(
+                        dropped.sessions
+                    )
+                if dropped.blocks:
+                    metrics.KV_RESIDENCY_DROPPED.labels(target.name, "block").inc(dropped.blocks)
+            elif isinstance(event, BlocksRemoved):
+                removed += 1
+                started, unknown = target.remove(event, now, self._idle(event, target, now))
+                if unknown:
+                    metrics.KV_UNKNOWN_REMOVALS.labels(target.name).inc(unknown)
+                for _session, eviction in started:
+                    if eviction.idle_seconds is not None:
+                        metrics.KV_SESSIONS_EVICTED_IDLE.labels(target.name).inc()
+            elif isinstance(event, AllCleared):
+                self._reset(target, now, "cleared")
+                metrics.KV_EVENTS.labels(target.name, "cleared").inc()
+        if stored:
+            metrics.KV_EVENTS.labels(target.name, "stored").inc(stored)
+        if removed:
+            metrics.KV_EVENTS.labels(target.name, "removed").inc(removed)
+
+    def _idle(
+        self, event: BlocksRemoved, target: ReplicaResidency, now: float
+    ) -> dict[str, float | None]:
+        # Only the sessions this removal touches, looked up lazily by the replica map.
+        idle: dict[str, float | None] = {}
+        owners = target.owners
+        for block_hash in event.hashes:
+            holders = owners.get(block_hash)
+            if holders is None:
+                continue
+            for session_id in (holders,) if isinstance(holders, str) else holders:
+                if session_id in idle:
+                    continue
+                activity = self._activity.get(session_id)
+                if activity is None:
+                    continue  # no turn seen here: the replica map counts from its last store
+                if activity.running:
+                    idle[session_id] = None
+                elif activity.last_finished is not None:
+                    idle[session_id] = max(0.0, now - activity.last_finished)
+        return idle
+
+    # -- the turns' side ----------------------------------------------------------------
+
+    def turn_started(self, session_id: str, now: float | None = None) -> None:
+        """A turn of ``session_id`` is about to go upstream: if a replica removed its
+        blocks since its previous turn ended, count that resume as evicted."""
+        now = self.now() if now is None else now
+        resumed: list[tuple[str, float | None]] = []
+        with self._lock:
+            activity = self._activity.get(session_id)
+            if activity is None:
+                activity = _Activity()
+                self._activity[session_id] = activity
+                while len(self._activity) > self.max_sessions:
+                    self._activity.popitem(last=False)
+            else:
+                self._activity.move_to_end(session_id)
+            if not activity.running:
+                for replica in self._replicas.values():
+                    record = replica.sessions.get(session_id)
+                    if record is None:
+                        continue
+                    # The previous turn ended here, or (run by another process) about when
+                    # the replica last stored blocks for it.
+                    since = (
+                        activity.last_finished
+                        if activity.last_finished is not None
+                        else record.last_stored
+                    )
+                    hit = False
+                    for eviction in record.evictions:
+                        if not eviction.resumed and eviction.at >= since:
+                            eviction.resumed = True
+                            hit = hit or eviction.idle_seconds is not None
+                    if hit:
+                        resumed.append((replica.name, now - since))
+            activity.running += 1
+        for replica_name, idle in resumed:
+            metrics.KV_EVICTED_BEFORE_RESUME.labels(replica_name).inc()
+            if idle is not None:
+                metrics.KV_IDLE_BEFORE_EVICTED_RESUME.labels(replica_name).observe(idle)
+
+    def turn_finished(self, session_id: str, now: float | None = None) -> None:
+        now = self.now() if now is None else now
+        with self._lock:
+            activity = self._activity.get(session_id)
+            if activity is None:
+                return
+            activity.running = max(0, activity.running - 1)
+            activity.last_finished = now
+
+    # -- the views' side ----------------------------------------------------------------
+
+    def session(self, session_id: str) -> list[SessionOnReplica]:
+        """What each configured replica reported for the session (zeros where nothing)."""
+        views: list[SessionOnReplica] = []
+        with self._lock:
+            for name, replica in self._replicas.items():
+                record = replica.sessions.get(session_id)
+                feed = self._feeds[name]
+                resets = tuple(replace(reset) for reset in replica.resets)
+                if record is None:
+                    views.append(
+                        SessionOnReplica(
+                            replica=name,
+                            connected=feed.connected,
+                            coverage_since=replica.coverage_since,
+                            block_size=replica.block_size,
+                            resident_blocks=0,
+                            resident_tokens=0,
+                            first_stored=None,
+                            last_stored=None,
+                            salts=(),
+                            store_times=(),
+                            evictions=(),
+                            resets=resets,
+                        )
+                    )
+                    continue
+                views.append(
+                    SessionOnReplica(
+                        replica=name,
+                        connected=feed.connected,
+                        coverage_since=replica.coverage_since,
+                        block_size=replica.block_size,
+                        resident_blocks=len(record.blocks),
+                        resident_tokens=record.tokens,
+                        first_stored=record.first_stored,
+                        last_stored=record.last_stored,
+                        salts=tuple(sorted(record.salts)),
+                        store_times=tuple(record.store_times),
+                        evictions=tuple(replace(e) for e in record.evictions),
+                        resets=resets,
+                    )
+                )
+        return views
