@@ -29,6 +29,7 @@ from agentic_api.http.routes import (
     messages,
     metrics,
     models,
+    residency,
     responses,
     websocket,
 )
@@ -191,6 +192,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         conversations,
         messages,
         admin,
+        residency,
     ):
         app.include_router(module.router)
     if settings.metrics_enabled:

@@ -9,6 +9,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from agentic_api.wire.residency import TurnResidency
+
 T = TypeVar("T")
 
 DEFAULT_LIST_LIMIT = 20
@@ -163,6 +165,11 @@ class AdminTurn(BaseModel):
     lineage: TurnLineage
     fingerprint: TurnFingerprint
     cache_break: CacheBreak
+    residency: TurnResidency | None = Field(
+        default=None,
+        description="Prefix not resident: a continuation that reused less than expected "
+        "although nothing in it changed, and what the replicas' KV events say caused it.",
+    )
 
 
 class LineageNode(AdminTurn):

@@ -56,6 +56,8 @@ ADMIN_ROUTES = {
     ("GET", "/admin/v1/tenants/{tenant_id}/cache_stats"),
     ("GET", "/admin/v1/tenants/{tenant_id}/message_turns"),
     ("GET", "/admin/v1/responses/{response_id}/lineage"),
+    ("GET", "/admin/v1/conversations/{conversation_id}/residency"),
+    ("GET", "/admin/v1/responses/{response_id}/residency"),
 }
 
 

@@ -14,6 +14,7 @@ from fastapi.security import HTTPBearer
 
 from agentic_api.errors import Conflict, InvalidRequest, NotFound
 from agentic_api.http.auth import KeyCache, require_admin, services_of
+from agentic_api.http.residency_view import annotate_timeline
 from agentic_api.storage.admin import (
     AdminRepository,
     ConversationFilter,
@@ -387,7 +388,9 @@ async def conversation_timeline(
             limit,
         )
         before = await repo.turn_before(tenant_id, conversation_id, rows[0].id) if rows else None
-    return list_page(present_timeline(rows, before), more, lambda t: t.id)
+    shown = present_timeline(rows, before)
+    annotate_timeline(shown, rows, before, services_of(request).residency)
+    return list_page(shown, more, lambda t: t.id)
 
 
 @router.delete(
