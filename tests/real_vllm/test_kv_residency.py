@@ -9,7 +9,8 @@ both subscribed to both replicas' events.
 - a replica restart clears that replica's coverage, and it is followed again after.
 
 The module starts (and stops) its own two replicas; it runs before test_real_vllm.py
-(whose vLLM is session-wide), so no more than two run at once.
+(whose vLLM is session-wide), so no more than two run at once. It runs on PostgreSQL only
+(see ``kv_db_url``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.conftest import RunningServer, app_server
+from tests.conftest import RunningServer, app_server, make_database
+from tests.support.databases import drop_pg_database
 from tests.support.servers import free_port
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 
@@ -97,12 +99,21 @@ def replicas() -> Iterator[dict[str, Replica]]:
 
 
 @pytest.fixture(scope="module")
+def kv_db_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    # One backend (PostgreSQL, as in production): residency lives in memory, and the
+    # admin queries it needs run on both backends in the api tier. Parametrizing this
+    # module by backend would also start its replicas again next to the session's vLLM.
+    url, name = make_database("postgres", tmp_path_factory.mktemp("kv-real-db"))
+    yield url
+    if name:
+        drop_pg_database(name)
+
+
+@pytest.fixture(scope="module")
 def servers(
-    backend: str,
-    db_url: str,
-    replicas: dict[str, Replica],
-    tmp_path_factory: pytest.TempPathFactory,
+    kv_db_url: str, replicas: dict[str, Replica], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, RunningServer]]:
+    backend, db_url = "postgres", kv_db_url
     endpoints = {r.name: r.endpoint for r in replicas.values()}
     data = tmp_path_factory.mktemp("kv-real")
     a, b = replicas["replica-a"], replicas["replica-b"]

@@ -98,6 +98,11 @@ class KvEventPublisher:
             self._socket.send_multipart([self._topic, self._seq.to_bytes(8, "big"), payload])
             self._seq += 1
 
+    def send_raw(self, frames: list[bytes]) -> None:
+        """Sends frames as given (tests of what a subscriber does with a broken message)."""
+        with self._lock:
+            self._socket.send_multipart(frames)
+
     def close(self) -> None:
         with self._lock:
             self._socket.close(linger=0)

@@ -46,6 +46,9 @@ class KvEventSubscriber:
         self.retry_seconds = retry_seconds
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Endpoints whose failure was logged: retries stay quiet (with several `serve`
+        # workers only one process can bind a tcp address, the others keep trying).
+        self._warned: set[str] = set()
         # Set once every endpoint has been bound or connected (tests and start-up logs).
         self.ready = threading.Event()
 
@@ -110,13 +113,15 @@ class KvEventSubscriber:
                 else:
                     socket.connect(endpoint.address)
             except zmq.ZMQError as exc:
-                log.warning(
-                    "kv event endpoint unavailable, retrying",
-                    replica=endpoint.replica,
-                    endpoint=endpoint.address,
-                    mode=endpoint.mode,
-                    error=str(exc),
-                )
+                if endpoint.replica not in self._warned:
+                    self._warned.add(endpoint.replica)
+                    log.warning(
+                        "kv event endpoint unavailable, retrying",
+                        replica=endpoint.replica,
+                        endpoint=endpoint.address,
+                        mode=endpoint.mode,
+                        error=str(exc),
+                    )
                 socket.disable_monitor()
                 monitor.close(linger=0)
                 socket.close(linger=0)

@@ -86,6 +86,11 @@ class ResidencyTracker:
     def replica_names(self) -> list[str]:
         return list(self._replicas)
 
+    def last_sequence(self, replica: str) -> int | None:
+        """The last batch number applied from the replica (None: none since a reset)."""
+        with self._lock:
+            return self._feeds[replica].last_seq
+
     def now(self) -> float:
         return self._clock()
 
