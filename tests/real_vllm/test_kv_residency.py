@@ -6,6 +6,7 @@ both subscribed to both replicas' events.
 - a continuation that hits is resident on the replica that served it, and only there;
 - a paused session evicted by other traffic has the eviction recorded (with its idle
   time) and its next turn's miss attributed to it in the timeline;
+- through vllm-router (which drops X-Session-ID) the body session_id still labels them;
 - a replica restart clears that replica's coverage, and it is followed again after.
 
 The module starts (and stops) its own two replicas; it runs before test_real_vllm.py
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -30,6 +32,7 @@ from typing import Any
 import httpx
 import pytest
 from openai import OpenAI
+from prometheus_client import REGISTRY
 
 from tests.conftest import RunningServer, app_server, make_database
 from tests.support.databases import drop_pg_database
@@ -252,6 +255,100 @@ def test_a_paused_sessions_eviction_is_recorded_and_explains_its_next_miss(
         assert cause["measured_cached_tokens"] == measured
         assert cause["expected_cached_tokens"] == expected
         assert residency(admin, paused)["replica-a"]["evictions"][0]["before_resume"] is True
+
+
+@pytest.fixture(scope="module")
+def router(replicas: dict[str, Replica]) -> Iterator[str]:
+    """vllm-router (round_robin) in front of both replicas; it drops X-Session-ID."""
+    binary = subprocess.run(
+        [str(SCRIPTS / "setup_router.sh")], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    port, metrics_port = free_port(), free_port()
+    process = subprocess.Popen(
+        [
+            binary,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--worker-urls",
+            *(r.url for r in replicas.values()),
+            "--policy",
+            "round_robin",
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            str(metrics_port),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "router did not start"
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(30)
+
+
+def batches_received() -> float:
+    return sum(
+        REGISTRY.get_sample_value("agentic_kv_event_batches_total", {"replica": name}) or 0.0
+        for name in ("replica-a", "replica-b")
+    )
+
+
+def test_through_vllm_router_only_the_body_session_reaches_the_replicas(
+    router: str,
+    replicas: dict[str, Replica],
+    kv_db_url: str,
+    tenant: TenantKeys,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    endpoints = {r.name: r.endpoint for r in replicas.values()}
+    data = tmp_path_factory.mktemp("kv-router")
+    with (
+        app_server("postgres", kv_db_url, router, data, kv_events_endpoints=endpoints) as ours,
+        app_server(
+            "postgres",
+            kv_db_url,
+            router,
+            data,
+            kv_events_endpoints=endpoints,
+            upstream_session_id_in_body=False,
+        ) as header_only,
+        admin_of(ours) as admin,
+    ):
+        client = ours.client(tenant, timeout=120)
+        conversation = client.conversations.create().id
+        for words in (text(f"via{uuid.uuid4().hex[:6]}", 100), text("again", 30)):
+            ask(client, conversation, words)
+        view = wait_for(
+            lambda: residency(admin, conversation),
+            lambda v: sum(r["resident_blocks"] for r in v.values()) > 0,
+        )
+        assert all(r["salt_matches_tenant"] in (True, None) for r in view.values())
+
+        plain = header_only.client(tenant, timeout=120)
+        unlabeled = plain.conversations.create().id
+        before = batches_received()
+        ask(plain, unlabeled, text(f"hdr{uuid.uuid4().hex[:6]}", 100))
+        # Its blocks' events arrived (both servers count them) but name no session.
+        deadline = time.monotonic() + 30
+        while batches_received() < before + 2:
+            assert time.monotonic() < deadline, "the replicas' events did not arrive"
+            time.sleep(0.1)
+        assert sum(r["resident_blocks"] for r in residency(admin, unlabeled).values()) == 0
 
 
 def test_a_replica_restart_clears_its_coverage_and_it_is_followed_again(
