@@ -38,6 +38,10 @@ class ExecutionFingerprint:
     reasoning: str
     truncation: str
     salt_epoch: int
+    # What turns text into the model's tokens, as far as the upstream exposes it (a digest
+    # of its tokenizer and chat template, or the model's root path); "" when unknown.
+    # A change here means earlier token ids may no longer be the ones the engine would make.
+    tokenizer: str = ""
 
     @classmethod
     def build(
@@ -52,6 +56,7 @@ class ExecutionFingerprint:
         reasoning: object,
         truncation: str | None,
         salt_epoch: int,
+        tokenizer: str = "",
     ) -> ExecutionFingerprint:
         """Fingerprint a request's config; values must be plain JSON (see ``canonical_json``).
 
@@ -72,6 +77,7 @@ class ExecutionFingerprint:
             reasoning=_value_digest(reasoning),
             truncation=_DEFAULT_TRUNCATION if truncation is None else truncation,
             salt_epoch=salt_epoch,
+            tokenizer=tokenizer,
         )
 
     @property
@@ -79,7 +85,9 @@ class ExecutionFingerprint:
         return sha256_hex(canonical_json(self.to_dict()))
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        """The fields as plain JSON; an unknown ``tokenizer`` is left out, so fingerprints
+        made before it existed (or against upstreams that expose none) keep their digest."""
+        data: dict[str, object] = {
             "model": self.model,
             "instructions": self.instructions,
             "tools": self.tools,
@@ -91,13 +99,17 @@ class ExecutionFingerprint:
             "truncation": self.truncation,
             "salt_epoch": self.salt_epoch,
         }
+        if self.tokenizer:
+            data["tokenizer"] = self.tokenizer
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> ExecutionFingerprint:
         """Rebuild a fingerprint from ``to_dict`` output; anything else is a ``ValueError``."""
         expected = {field.name for field in fields(cls)}
-        if set(data) != expected:
-            missing = sorted(expected - set(data))
+        optional = {"tokenizer"}
+        if not expected - optional <= set(data) <= expected:
+            missing = sorted(expected - optional - set(data))
             unknown = sorted(set(data) - expected)
             raise ValueError(f"bad fingerprint keys: missing {missing}, unknown {unknown}")
         tool_names = data["tool_names"]
@@ -122,6 +134,7 @@ class ExecutionFingerprint:
             reasoning=_text_field(data, "reasoning"),
             truncation=_text_field(data, "truncation"),
             salt_epoch=epoch,
+            tokenizer=_text_field(data, "tokenizer") if "tokenizer" in data else "",
         )
 
     def diff(self, previous: ExecutionFingerprint) -> list[FingerprintChange]:
@@ -169,6 +182,10 @@ class ExecutionFingerprint:
                 f"cache salt epoch changed from {previous.salt_epoch} to {self.salt_epoch}"
                 " (tenant salt rotated)",
             )
+        if self.tokenizer != previous.tokenizer and self.tokenizer and previous.tokenizer:
+            # Only a change between two known identities: "unknown" on one side says
+            # nothing about the engine's tokens.
+            note("tokenizer", "the upstream's tokenizer or chat template changed")
         return changes
 
 

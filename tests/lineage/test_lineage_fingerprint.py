@@ -269,3 +269,15 @@ def test_diff_is_empty_exactly_when_equal(a: ExecutionFingerprint, b: ExecutionF
     assert (a.diff(b) == []) == (a == b)
     assert (a.digest == b.digest) == (a == b)
     assert [c.component for c in a.diff(b)] == [c.component for c in b.diff(a)]
+
+
+def test_tokenizer_identity_is_optional_and_diffed_only_when_both_known() -> None:
+    plain = build()
+    assert "tokenizer" not in plain.to_dict()
+    bound = dataclasses.replace(plain, tokenizer="root:/models/a")
+    assert bound.to_dict()["tokenizer"] == "root:/models/a"
+    assert ExecutionFingerprint.from_dict(bound.to_dict()) == bound
+    assert ExecutionFingerprint.from_dict(plain.to_dict()).tokenizer == ""
+    assert bound.diff(plain) == [] and plain.diff(bound) == []
+    other = dataclasses.replace(plain, tokenizer="root:/models/b")
+    assert [c.component for c in other.diff(bound)] == ["tokenizer"]
