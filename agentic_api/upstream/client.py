@@ -121,6 +121,48 @@ class UpstreamClient:
             raise from_status(status, answer)
         return _json_object(answer)
 
+    async def render_response(self, body: bytes, headers: Mapping[str, str]) -> list[int]:
+        """The prompt token ids vLLM would prefill for a /v1/responses body, from its
+        render endpoint (``--enable-scale-out``); nothing is generated."""
+        status, answer = await self._request(
+            "POST", "v1/responses/render", data=body, headers={**headers, **_JSON}
+        )
+        if status != 200:
+            raise from_status(status, answer)
+        ids = _json_object(answer).get("token_ids")
+        if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+            raise ApiError(
+                "The model server's render answer has no token ids.",
+                status_code=502,
+                code="upstream_error",
+            )
+        return ids
+
+    async def detokenize(self, model: str, tokens: list[int]) -> str:
+        """The text of ``tokens`` (vLLM's ``/detokenize``)."""
+        answer = await self.post_json("detokenize", {"model": model, "tokens": tokens})
+        text = answer.get("prompt")
+        if not isinstance(text, str):
+            raise ApiError(
+                "The model server's detokenize answer has no text.",
+                status_code=502,
+                code="upstream_error",
+            )
+        return text
+
+    async def fetch(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: bytes | None = None,
+        total_seconds: float | None = None,
+    ) -> tuple[int, bytes]:
+        """One request of any kind, read to its end: (status, body). For probing what the
+        upstream offers; transport failures raise like every other call."""
+        kwargs: dict[str, Any] = {} if body is None else {"data": body, "headers": _JSON}
+        return await self._request(method, path.lstrip("/"), total_seconds=total_seconds, **kwargs)
+
     @asynccontextmanager
     async def stream_response(
         self, body: bytes, headers: Mapping[str, str]
