@@ -38,6 +38,7 @@ from agentic_api.storage.models import (
     ResponseEvent,
     ResponseItem,
     Tenant,
+    TokenArtifactRow,
 )
 from agentic_api.storage.tenants import IssuedKey, TenantRepository
 from agentic_api.storage.types import utcnow
@@ -76,6 +77,7 @@ class TurnRecord:
     input_item_count: int
     output_item_count: int
     conversation_position: int | None
+    token_account: dict[str, Any] | None
 
 
 # In TurnRecord's field order; selecting columns (not entities) skips body and request.
@@ -102,6 +104,7 @@ _TURN_COLUMNS = (
     Response.input_item_count,
     Response.output_item_count,
     Response.conversation_position,
+    Response.token_account,
 )
 
 
@@ -399,6 +402,10 @@ class AdminRepository:
         )
         return [TurnRecord(*row) for row in (await self.session.execute(query)).all()]
 
+    async def token_artifact(self, response_id: str) -> TokenArtifactRow | None:
+        query = select(TokenArtifactRow).where(TokenArtifactRow.response_id == response_id)
+        return (await self.session.execute(query)).scalar_one_or_none()
+
     # -- cache statistics -----------------------------------------------------------------
 
     def _usage_rows(self, tenant_id: str, window: Window, api: UsageApi) -> Any:
@@ -502,11 +509,12 @@ class AdminRepository:
         return list((await self.session.execute(select(tree.c.id))).scalars().all())
 
     async def _delete_responses(self, response_ids: Sequence[str]) -> dict[str, int]:
-        counts = {"response_events": 0, "response_items": 0, "responses": 0}
+        counts = {"response_events": 0, "response_items": 0, "token_artifacts": 0, "responses": 0}
         for start in range(0, len(response_ids), _DELETE_CHUNK):
             chunk = response_ids[start : start + _DELETE_CHUNK]
             for table, column in (
                 (ResponseEvent, ResponseEvent.response_id),
+                (TokenArtifactRow, TokenArtifactRow.response_id),
                 (ResponseItem, ResponseItem.response_id),
                 (Response, Response.id),
             ):
@@ -526,6 +534,10 @@ class AdminRepository:
                 delete(ResponseEvent).where(ResponseEvent.response_id.in_(tenant_responses)),
             ),
             ("response_items", delete(ResponseItem).where(ResponseItem.tenant_id == tenant_id)),
+            (
+                "token_artifacts",
+                delete(TokenArtifactRow).where(TokenArtifactRow.tenant_id == tenant_id),
+            ),
             ("responses", delete(Response).where(Response.tenant_id == tenant_id)),
             (
                 "conversation_items",

@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -152,6 +153,9 @@ class Response(Base):
     output_item_count: Mapped[int] = mapped_column(Integer, default=0)
     # For a turn in a conversation: the conversation position of its first input item.
     conversation_position: Mapped[int | None] = mapped_column(Integer)
+    # The turn's reuse account against its parent's exact tokens (cache/accounting.py),
+    # when the upstream reported token ids; kept after the ids themselves expire.
+    token_account: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
 
 
 class ResponseItem(Base):
@@ -178,6 +182,33 @@ class ResponseEvent(Base):
     )
     sequence_number: Mapped[int] = mapped_column(Integer, primary_key=True)
     data: Mapped[str] = mapped_column(Text)
+
+
+class TokenArtifactRow(Base):
+    """A stored turn's exact token ids: the prompt the engine prefilled and the output it
+    generated (in the turn's last upstream round: what a continuation extends), packed
+    as ``encoding`` says (cache/codec.py). Bound to what made them (model, tokenizer
+    identity, fingerprint, salt epoch); deleted with the response, pruned after the
+    retention period (``created_at``)."""
+
+    __tablename__ = "token_artifacts"
+    __table_args__ = (Index(None, "created_at"),)
+
+    response_id: Mapped[str] = mapped_column(
+        ForeignKey("responses.id", ondelete="CASCADE"), primary_key=True
+    )
+    tenant_id: Mapped[str] = mapped_column(ID)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    model: Mapped[str] = mapped_column(String(200))
+    tokenizer: Mapped[str] = mapped_column(String(200))
+    fingerprint_digest: Mapped[str] = mapped_column(String(64))
+    salt_epoch: Mapped[int] = mapped_column(Integer)
+    encoding: Mapped[str] = mapped_column(String(32))
+    prompt_count: Mapped[int] = mapped_column(Integer)
+    output_count: Mapped[int] = mapped_column(Integer)
+    prompt_ids: Mapped[bytes] = mapped_column(LargeBinary)
+    output_ids: Mapped[bytes] = mapped_column(LargeBinary)
+    output_types: Mapped[list[str]] = mapped_column(JsonDocument, default=list)
 
 
 class BackgroundJob(Base):

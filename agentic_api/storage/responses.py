@@ -21,7 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import BindParameter
 
-from agentic_api.storage.models import Response, ResponseEvent, ResponseItem
+from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
 from agentic_api.storage.types import utcnow
 
 # Identity, creation time and deletion of a reserved row outlive its completion.
@@ -254,9 +254,13 @@ class ResponseRepository:
         )
         if not result.rowcount:  # type: ignore[attr-defined]
             return False
-        # The stored stream is only for replaying this response; it goes with it.
+        # The stored stream is only for replaying this response, and its token ids only for
+        # accounting its continuations (which can no longer be made): they go with it.
         await self.session.execute(
             delete(ResponseEvent).where(ResponseEvent.response_id == response_id)
+        )
+        await self.session.execute(
+            delete(TokenArtifactRow).where(TokenArtifactRow.response_id == response_id)
         )
         return True
 
@@ -314,5 +318,9 @@ _LIVE_RESPONSE = select(Response).where(*_LIVE)
 # A live response of a tenant without its stored object and request (what a
 # continuation reads of its parent).
 LIVE_CHECKPOINT = select(
-    *(column for column in Response.__table__.columns if column.key not in ("body", "request"))
+    *(
+        column
+        for column in Response.__table__.columns
+        if column.key not in ("body", "request", "token_account")
+    )
 ).where(*_LIVE)

@@ -12,6 +12,7 @@ there). As a BEGIN / INSERT / INSERT / COMMIT transaction it had taken four.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from agentic_api.metrics import DB_STATEMENTS, DB_TRANSACTION_DURATION
-from agentic_api.storage.models import Response
+from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.responses import NewItem
 from agentic_api.storage.turn_store.statements import EVENT_KEYS, ITEM_KEYS, TurnStatements
 
@@ -42,7 +43,11 @@ class PostgresTurnStore:
         return None if raw is None else self._statements.checkpoint_row(tuple(raw))
 
     async def insert(
-        self, row: Response, items: Sequence[NewItem], events: Sequence[tuple[int, str]]
+        self,
+        row: Response,
+        items: Sequence[NewItem],
+        events: Sequence[tuple[int, str]],
+        artifact: TokenArtifactRow | None = None,
     ) -> None:
         row_insert, *rows = self._statements.insert(row, items, events)
         item_rows: list[tuple[Any, ...]] = next(
@@ -52,8 +57,17 @@ class PostgresTurnStore:
             (b.parameters for b in rows if b.sql.startswith(_EVENTS)), []
         )
         first = len(row_insert.parameters)
+        extra = ""
+        artifact_parameters: tuple[Any, ...] = ()
+        if artifact is not None:
+            # The artifact's own compiled INSERT, its placeholders moved past the others'.
+            artifact_insert = self._statements.artifact_insert(artifact)
+            extra = _ARTIFACT.format(sql=_shift_placeholders(artifact_insert.sql, first + 7))
+            artifact_parameters = artifact_insert.parameters
         sql = _ONE_STATEMENT.format(
-            row_insert=row_insert.sql, **{f"p{i}": f"${first + i}" for i in range(1, 8)}
+            row_insert=row_insert.sql,
+            artifact=extra,
+            **{f"p{i}": f"${first + i}" for i in range(1, 8)},
         )
         item_columns = _columns(item_rows, len(ITEM_KEYS))
         event_columns = _columns(event_rows, len(EVENT_KEYS))
@@ -64,6 +78,7 @@ class PostgresTurnStore:
             *item_columns[1:2],
             *item_columns[3:],
             *event_columns[1:],
+            *artifact_parameters,
         ]
         started = time.perf_counter()
         try:
@@ -89,10 +104,19 @@ items AS (
   FROM response,
        unnest({p1}::integer[], {p2}::text[], {p3}::text[], {p4}::text[], {p5}::text[])
          AS item(position, item_id, role, type, data)
-)
+){artifact}
 INSERT INTO response_events (response_id, sequence_number, data)
 SELECT response.id, event.sequence_number, event.data
 FROM response, unnest({p6}::integer[], {p7}::text[]) AS event(sequence_number, data)"""
+
+
+_ARTIFACT = """,
+artifact AS ({sql})"""
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+
+
+def _shift_placeholders(sql: str, by: int) -> str:
+    return _PLACEHOLDER.sub(lambda found: f"${int(found.group(1)) + by}", sql)
 
 
 def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Dialect
 
 from agentic_api.metrics import DB_STATEMENTS, DB_TRANSACTION_DURATION
 from agentic_api.storage.errors import DatabaseBusy
-from agentic_api.storage.models import Response
+from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.responses import NewItem
 from agentic_api.storage.sqlite.drivers import is_busy, run_when_unlocked
 from agentic_api.storage.sqlite.pragmas import SQLITE_BUSY_TIMEOUT_MS, connection_pragmas
@@ -71,9 +71,13 @@ class SqliteTurnStore:
         return None if raw is None else self._statements.checkpoint_row(raw)
 
     async def insert(
-        self, row: Response, items: Sequence[NewItem], events: Sequence[tuple[int, str]]
+        self,
+        row: Response,
+        items: Sequence[NewItem],
+        events: Sequence[tuple[int, str]],
+        artifact: TokenArtifactRow | None = None,
     ) -> None:
-        batches = self._statements.insert(row, items, events)
+        batches = self._statements.insert(row, items, events, artifact)
         started = time.perf_counter()
         try:
             await asyncio.get_running_loop().run_in_executor(

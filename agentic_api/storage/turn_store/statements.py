@@ -18,8 +18,9 @@ from sqlalchemy import ClauseElement, insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from agentic_api.storage.models import Response, ResponseEvent, ResponseItem
+from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
 from agentic_api.storage.responses import LIVE_CHECKPOINT, RESPONSE_COLUMN_KEYS, NewItem
+from agentic_api.storage.token_artifacts import ARTIFACT_KEYS, artifact_values
 
 _Processor = Callable[[Any], Any] | None
 
@@ -82,6 +83,9 @@ class TurnStatements:
         self._event_insert = CompiledStatement(
             insert(ResponseEvent), dialect, column_keys=list(EVENT_KEYS)
         )
+        self._artifact_insert = CompiledStatement(
+            insert(TokenArtifactRow), dialect, column_keys=list(ARTIFACT_KEYS)
+        )
         # One per set of columns a row has set (the others take their defaults).
         self._row_inserts: dict[frozenset[str], CompiledStatement] = {}
 
@@ -93,9 +97,14 @@ class TurnStatements:
         return Response(**self._checkpoint.row(raw))
 
     def insert(
-        self, row: Response, items: Sequence[NewItem], events: Sequence[tuple[int, str]]
+        self,
+        row: Response,
+        items: Sequence[NewItem],
+        events: Sequence[tuple[int, str]],
+        artifact: TokenArtifactRow | None = None,
     ) -> list[Batch]:
-        """What ``ResponseRepository.insert`` and ``add_events`` would run, in order."""
+        """What ``ResponseRepository.insert``, ``add_events`` and
+        ``TokenArtifactRepository.insert`` would run, in order."""
         values = {key: value for key, value in vars(row).items() if key in RESPONSE_COLUMN_KEYS}
         row_insert = self._row_insert(frozenset(values))
         batches = [Batch(row_insert.sql, row_insert.parameters(values), many=False)]
@@ -123,7 +132,17 @@ class TurnStatements:
                 for number, data in events
             ]
             batches.append(Batch(self._event_insert.sql, event_rows, many=True))
+        if artifact is not None:
+            batches.append(self.artifact_insert(artifact))
         return batches
+
+    def artifact_insert(self, artifact: TokenArtifactRow) -> Batch:
+        parameters = self._artifact_insert.parameters(artifact_values(artifact))
+        return Batch(self._artifact_insert.sql, parameters, many=False)
+
+    def artifact_binds(self, artifact: TokenArtifactRow) -> tuple[Any, ...]:
+        """The artifact's values as its insert binds them, in ``ARTIFACT_KEYS`` order."""
+        return self._artifact_insert.parameters(artifact_values(artifact))
 
     def _row_insert(self, keys: frozenset[str]) -> CompiledStatement:
         statement = self._row_inserts.get(keys)

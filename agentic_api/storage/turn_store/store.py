@@ -18,8 +18,9 @@ from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from agentic_api.storage.models import Response
+from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.responses import NewItem, ResponseRepository
+from agentic_api.storage.token_artifacts import TokenArtifactRepository
 
 
 class TurnStore(Protocol):
@@ -28,10 +29,15 @@ class TurnStore(Protocol):
         continuation needs of its parent)."""
 
     async def insert(
-        self, row: Response, items: Sequence[NewItem], events: Sequence[tuple[int, str]]
+        self,
+        row: Response,
+        items: Sequence[NewItem],
+        events: Sequence[tuple[int, str]],
+        artifact: TokenArtifactRow | None = None,
     ) -> None:
         """Stores a turn that touches nothing else, in one transaction: its row, its items
-        from position 0, and its stored events ``(sequence_number, json)``."""
+        from position 0, its stored events ``(sequence_number, json)`` and its token
+        artifact, if any."""
 
     def close(self) -> None:
         """Releases what the store holds of its own (the database stays open)."""
@@ -54,12 +60,18 @@ class SessionTurnStore:
             return await ResponseRepository(session).get(tenant_id, response_id, documents=False)
 
     async def insert(
-        self, row: Response, items: Sequence[NewItem], events: Sequence[tuple[int, str]]
+        self,
+        row: Response,
+        items: Sequence[NewItem],
+        events: Sequence[tuple[int, str]],
+        artifact: TokenArtifactRow | None = None,
     ) -> None:
         async with self._db.write() as session:
             repo = ResponseRepository(session)
             await repo.insert(row, items)
             await repo.add_events(row.id, events)
+            if artifact is not None:
+                await TokenArtifactRepository(session).insert(artifact)
 
     def close(self) -> None:
         return None
