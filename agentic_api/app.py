@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from agentic_api import __version__
 from agentic_api.background.worker import BackgroundWorkers
+from agentic_api.cache.recent import RecentArtifacts
 from agentic_api.cache.residency.endpoints import Endpoint, EndpointError, parse_endpoints
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
@@ -40,6 +41,7 @@ from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade_async
 from agentic_api.storage.tenants import TenantRepository
 from agentic_api.storage.verified_histories import VerifiedHistories
+from agentic_api.upstream.capabilities import TokenCapabilityCache
 from agentic_api.upstream.client import UpstreamClient
 
 log = get_logger("agentic_api.app")
@@ -68,6 +70,10 @@ async def build_services(settings: Settings) -> Services:
         db=db,
         upstream=upstream,
         secret=secret,
+        tokens=TokenCapabilityCache(
+            upstream, settings.token_artifacts, block_size=settings.kv_block_size
+        ),
+        artifacts=RecentArtifacts(int(settings.token_artifact_cache_mb * 2**20)),
         histories=VerifiedHistories(int(settings.history_cache_mb * 2**20)),
         session_tags=SessionTags(
             in_body=settings.upstream_session_id_in_body,
@@ -78,6 +84,12 @@ async def build_services(settings: Settings) -> Services:
         _attach_residency(services, settings, endpoints)
     if settings.single_tenant:
         await _ensure_local_tenant(db)
+    try:
+        # Before any turn: turns only ask for token ids the upstream is known to give.
+        await services.tokens.start()
+    except BaseException:
+        await services.close()
+        raise
     return services
 
 

@@ -119,6 +119,37 @@ BACKGROUND_RECOVERED = Counter(
     ["action"],
 )
 
+TOKEN_ACCOUNTS = Counter(
+    "agentic_token_accounts_total",
+    "Stored turns with a token-level reuse account, by status: exact (the parent's prompt "
+    "and output are a token prefix), diverged, cold_start (no parent), unknown (token "
+    "data missing or unusable).",
+    ["model", "tenant", "status"],
+)
+REUSABLE_TOKENS = Counter(
+    "agentic_token_reusable_tokens_total",
+    "Continuations: tokens of the parent's prompt + output that this prompt repeats "
+    "exactly (longest common token prefix).",
+    ["model", "tenant"],
+)
+EXPECTED_CACHED_TOKENS = Counter(
+    "agentic_token_expected_cached_tokens_total",
+    "Continuations: cached tokens vLLM should report (full blocks of the reusable prefix; "
+    "0 when the cache is isolated by another salt or model).",
+    ["model", "tenant"],
+)
+MEASURED_CACHED_TOKENS = Counter(
+    "agentic_token_measured_cached_tokens_total",
+    "Continuations: cached tokens vLLM reported.",
+    ["model", "tenant"],
+)
+LOST_TOKENS = Counter(
+    "agentic_token_lost_tokens_total",
+    "Continuations: parent tokens not served from the cache, by cause (retokenization, "
+    "template, fingerprint, history_edited, not_resident, partial_block).",
+    ["model", "tenant", "cause"],
+)
+
 
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:
     HTTP_REQUESTS.labels(method, route, str(status)).inc()
@@ -293,3 +324,24 @@ KV_IDLE_BEFORE_EVICTED_RESUME = Histogram(
     ["replica"],
     buckets=IDLE_BUCKETS,
 )
+
+
+def record_token_account(
+    model: str,
+    tenant: str,
+    *,
+    status: str,
+    reusable: int | None,
+    expected: int | None,
+    measured: int | None,
+    lost: Mapping[str, int],
+) -> None:
+    """Counts one stored turn's reuse account (``cache/accounting.py``)."""
+    TOKEN_ACCOUNTS.labels(model, tenant, status).inc()
+    if status not in ("exact", "diverged"):
+        return
+    REUSABLE_TOKENS.labels(model, tenant).inc(reusable or 0)
+    EXPECTED_CACHED_TOKENS.labels(model, tenant).inc(expected or 0)
+    MEASURED_CACHED_TOKENS.labels(model, tenant).inc(measured or 0)
+    for cause, tokens in lost.items():
+        LOST_TOKENS.labels(model, tenant, cause).inc(tokens)

@@ -7,6 +7,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_api.cache.recent import RecentArtifacts
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker
@@ -14,6 +15,7 @@ from agentic_api.metrics import BACKGROUND_TASKS
 from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.verified_histories import VerifiedHistories
+from agentic_api.upstream.capabilities import TokenCapabilityCache
 from agentic_api.upstream.client import UpstreamClient
 
 
@@ -40,6 +42,10 @@ class Services:
     upstream: UpstreamClient
     # Root of every tenant's cache salt; never logged, never sent anywhere.
     secret: bytes
+    # What the upstream can tell about tokens (detected at start-up), and the token ids
+    # of turns this process just committed.
+    tokens: TokenCapabilityCache
+    artifacts: RecentArtifacts
     # Turns running on their own (streams whose client may leave); drained on shutdown.
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     background: BackgroundSignals = field(default_factory=BackgroundSignals)
@@ -74,5 +80,6 @@ class Services:
         await self.drain(grace_seconds=self.settings.shutdown_grace_seconds)
         if self.kv_events is not None:
             await asyncio.to_thread(self.kv_events.stop)
+        await self.tokens.aclose()
         await self.upstream.aclose()
         await self.db.close()

@@ -77,6 +77,31 @@ class Settings(BaseSettings):
     models_cache_seconds: float = Field(
         10.0, ge=0, description="How long the upstream's /v1/models answer is reused."
     )
+    token_artifacts: Literal["off", "auto", "required"] = Field(
+        "auto",
+        description="Record each turn's exact prompt and output token ids and account for "
+        "prefix reuse against them: off; auto (when the upstream can tell, detected at "
+        "start); required (start-up fails unless the upstream returns token ids).",
+    )
+    token_artifact_retention_seconds: float = Field(
+        7 * 86400.0,
+        gt=0,
+        description="How long a turn's token ids are kept (its reuse account stays); a "
+        "continuation of an older turn gets an account that says the ids expired.",
+    )
+    token_artifact_cache_mb: float = Field(
+        32.0,
+        ge=0,
+        description="Memory for the token ids of turns this process just committed, so "
+        "accounting their continuations reads nothing (0: always read). Per process.",
+    )
+    kv_block_size: int | None = Field(
+        None,
+        ge=1,
+        description="The upstream's KV-cache block size in tokens, for expected cached "
+        "tokens. Unset: read from the upstream's /metrics (vLLM's cache_config_info), "
+        "else vLLM's default, 16.",
+    )
     server_secret: SecretStr | None = Field(
         None,
         description="Secret from which tenant cache salts are derived (HMAC). Unset outside "

@@ -38,6 +38,7 @@ from agentic_api.storage.idempotency import IdempotencyRepository
 from agentic_api.storage.jobs import ClaimedJob, JobRepository
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository, StoredItem
+from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.storage.types import to_unix, utcnow
 from agentic_api.turns.commit_steps import CommitStep
 from agentic_api.turns.prepare import Caller, PreparedTurn, Reservation, prepare_turn
@@ -144,8 +145,10 @@ class BackgroundWorkers:
                     BACKGROUND_QUEUE_DEPTH.set(await JobRepository(session).queued_count())
                 await recover_expired(self.services)
                 if time.monotonic() - pruned >= PRUNE_EVERY_SECONDS:
+                    retention = timedelta(seconds=settings.token_artifact_retention_seconds)
                     async with self.services.db.write() as session:
                         await IdempotencyRepository(session).prune(utcnow())
+                        await TokenArtifactRepository(session).prune(utcnow() - retention)
                     pruned = time.monotonic()
             except Exception:
                 log.exception("background sweep failed")

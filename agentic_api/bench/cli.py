@@ -75,10 +75,15 @@ def continuations(
     replica_header: Annotated[
         list[str] | None, typer.Option(help="Response header naming the serving replica.")
     ] = None,
+    admin_key: Annotated[
+        str | None,
+        typer.Option(help="Our server's admin key: add each continuation's token account."),
+    ] = None,
     out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "continuations",
 ) -> None:
-    """Cold turn + continuation pairs: hit ratio vs the block-aligned ideal, latency."""
+    """Cold turn + continuation pairs: hit ratio vs the block-aligned ideal and the
+    token-exact ideal, latency; with --admin-key, lost tokens by cause."""
     target = Target(
         "target",
         url,
@@ -100,6 +105,7 @@ def continuations(
                 block_size=block_size,
                 salts=tuple(salt or ()),
                 api_keys=tuple(api_key) if api_key else (None,),
+                admin_key=admin_key,
             )
             return await run_continuations(target, config, concurrency=concurrency), config
         finally:

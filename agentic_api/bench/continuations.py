@@ -39,6 +39,9 @@ class ContinuationConfig:
     api_keys: Sequence[str | None] = (None,)
     # Direct mode: send an X-Session-ID per pair, as our server does, for affinity routers.
     session_header: bool = True
+    # Our server's admin key: each continuation's token account (why tokens were lost) is
+    # read from /admin/v1/responses/{id}/token_account.
+    admin_key: str | None = None
 
 
 async def run_pair(
@@ -73,7 +76,37 @@ async def run_pair(
     else:
         warm_body = {**body, "input": [*cold_input, *replayable(cold.output), *followup]}
     warm = await target.create(warm_body, headers)
-    return pair_row(index, cold, warm, config.block_size)
+    row = pair_row(index, cold, warm, config.block_size)
+    if config.admin_key and target.stateful:
+        row.update(account_columns(await token_account(target, config.admin_key, warm.id)))
+    return row
+
+
+async def token_account(target: Target, admin_key: str, response_id: str) -> dict[str, Any] | None:
+    answer = await target.http.get(
+        f"/admin/v1/responses/{response_id}/token_account",
+        headers={"authorization": f"Bearer {admin_key}"},
+    )
+    if answer.status_code != 200:
+        return None
+    account = answer.json().get("account")
+    return account if isinstance(account, dict) else None
+
+
+def account_columns(account: dict[str, Any] | None) -> dict[str, Any]:
+    """The continuation's token account, flattened for the CSV (``lost_<cause>``)."""
+    if account is None:
+        return {"token_status": None}
+    columns: dict[str, Any] = {
+        "token_status": account.get("status"),
+        "token_cause": account.get("cause"),
+        "reusable_tokens": account.get("reusable_tokens"),
+        "expected_cached_tokens": account.get("expected_cached"),
+        "divergence_offset": (account.get("divergence") or {}).get("offset"),
+    }
+    for cause, tokens in (account.get("lost") or {}).items():
+        columns[f"lost_{cause}"] = tokens
+    return columns
 
 
 def pair_row(index: int, cold: TurnResult, warm: TurnResult, block_size: int) -> dict[str, Any]:
@@ -92,6 +125,9 @@ def pair_row(index: int, cold: TurnResult, warm: TurnResult, block_size: int) ->
         "ideal_cached_tokens": ideal,
         "upper_cached_tokens": upper,
         "measured_over_ideal": ratio(warm.cached_tokens, ideal),
+        # The token-exact ideal: what a continuation whose prompt starts with exactly the
+        # cold turn's prompt and generated tokens would be served.
+        "measured_over_token_exact": ratio(warm.cached_tokens, upper),
         "latency_s": warm.latency,
         "replica": warm.replica,
         "same_replica": (cold.replica == warm.replica) if cold.replica and warm.replica else None,
@@ -116,11 +152,31 @@ def summarize(rows: Sequence[dict[str, Any]], config: ContinuationConfig) -> dic
     ratios = [float(r["hit_ratio"]) for r in rows]
     versus_ideal = [float(r["measured_over_ideal"]) for r in rows if r["ideal_cached_tokens"]]
     replicas = [r["same_replica"] for r in rows if r["same_replica"] is not None]
+    versus_exact = [float(r["measured_over_token_exact"]) for r in rows if r["upper_cached_tokens"]]
+    lost: dict[str, int] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key.startswith("lost_") and isinstance(value, int):
+                lost[key.removeprefix("lost_")] = lost.get(key.removeprefix("lost_"), 0) + value
+    accounted = [r for r in rows if r.get("token_status") is not None]
     return {
         "pairs": len(rows),
         "block_size": config.block_size,
         "hit_ratio": summary(ratios),
         "measured_over_ideal": summary(versus_ideal),
+        "measured_over_token_exact": summary(versus_exact),
+        "measured_cached_tokens": sum(int(r["cached_tokens"]) for r in rows),
+        "token_exact_ideal_tokens": sum(int(r["upper_cached_tokens"]) for r in rows),
+        "token_accounts": {
+            "pairs": len(accounted),
+            "token_exact": sum(1 for r in accounted if r["token_status"] == "exact"),
+            "expected_cached_tokens": sum(
+                int(r.get("expected_cached_tokens") or 0) for r in accounted
+            ),
+            "lost_tokens_by_cause": dict(sorted(lost.items())),
+        }
+        if accounted
+        else None,
         "pairs_at_or_above_ideal": sum(
             1 for r in rows if r["cached_tokens"] >= r["ideal_cached_tokens"]
         ),

@@ -12,12 +12,14 @@ import orjson
 from agentic_api.metrics import COMMIT_DURATION, timed
 from agentic_api.storage.conversations import NewConversationItem
 from agentic_api.storage.database import Database
-from agentic_api.storage.models import Response
+from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.responses import NewItem, ResponseRepository
+from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.storage.verified_histories import VerifiedHistories
 from agentic_api.turns.conversation import append_turn
 from agentic_api.turns.history import salt_identity
 from agentic_api.turns.prepare import CONTINUABLE, PreparedTurn
+from agentic_api.turns.token_plan import TokenRecord
 from agentic_api.wire.items import Item
 from lineage import extend_digest, prefix_digest
 
@@ -100,10 +102,16 @@ async def commit_turn(
     events: Sequence[dict[str, Any]] | None,
     *,
     histories: VerifiedHistories,
+    tokens: TokenRecord | None = None,
 ) -> None:
-    """Stores the turn; once committed, its history is kept in ``histories``."""
+    """Stores the turn; once committed, its history is kept in ``histories``.
+    ``tokens``: its token artifact and reuse account (turns/tokens.py), stored with it."""
     visible = [*turn.prompt_items, *output] if final["status"] in CONTINUABLE else []
     row, items = build_row(turn, final, output, visible)
+    artifact = None
+    if tokens is not None:
+        row.token_account = tokens.account.to_dict()
+        artifact = tokens.artifact
     if events and turn.event_log is not None:
         events = await turn.event_log.unsaved(events)
     stored_events = [(e["sequence_number"], orjson.dumps(e).decode()) for e in events or ()]
@@ -111,9 +119,9 @@ async def commit_turn(
         row.conversation_position is None and turn.reservation is None and not turn.commit_steps
     )
     if touches_only_itself:
-        await db.turns.insert(row, items, stored_events)
+        await db.turns.insert(row, items, stored_events, artifact)
     else:
-        await _commit_with_the_rest(db, turn, row, items, stored_events)
+        await _commit_with_the_rest(db, turn, row, items, stored_events, artifact)
     if row.prefix_digest is not None:
         histories.keep(row.id, digest=row.prefix_digest, session_id=row.session_id, items=visible)
 
@@ -124,6 +132,7 @@ async def _commit_with_the_rest(
     row: Response,
     items: Sequence[NewItem],
     events: Sequence[tuple[int, str]],
+    artifact: TokenArtifactRow | None,
 ) -> None:
     """The commit of a turn that also joins a conversation, completes a reserved
     (background) row or carries commit steps: one transaction through the repositories."""
@@ -145,5 +154,7 @@ async def _commit_with_the_rest(
             stored = len(turn.reservation.new_input)
             await repo.complete_reserved(row, items[stored:], first_position=stored)
         await repo.add_events(row.id, events)
+        if artifact is not None:
+            await TokenArtifactRepository(session).insert(artifact)
         for step in turn.commit_steps:
             await step(session, row)

@@ -16,6 +16,7 @@ from agentic_api.services import Services
 from agentic_api.turns.commit import commit_turn
 from agentic_api.turns.prepare import PreparedTurn
 from agentic_api.turns.relay import StreamRelay
+from agentic_api.turns.tokens import after_commit, cancel_parent_read, settle_tokens
 from agentic_api.upstream.sse import SseEvent
 from agentic_api.wire.items import Item
 from agentic_api.wire.response_object import finish_response
@@ -102,6 +103,7 @@ async def complete_turn(
         incomplete_details=incomplete_details if status == "incomplete" else None,
     )
     terminal = relay.stamp({"type": f"response.{status}", "response": final})
+    tokens = await settle_tokens(services, turn, relay, model_output)
     if turn.request.store:
         try:
             await commit_turn(
@@ -111,6 +113,7 @@ async def complete_turn(
                 model_output,
                 [*events, terminal] if turn.records_events else None,
                 histories=services.histories,
+                tokens=tokens,
             )
         except ApiError as refused:
             # A typed refusal (a conversation that moved on, a busy database) reaches the
@@ -129,6 +132,7 @@ async def complete_turn(
             raise error from exc
     turn.model_output = list(model_output)
     emit(terminal)
+    after_commit(services, turn, tokens)
     return final
 
 
@@ -141,6 +145,7 @@ async def fail_turn(
     failure: ApiError,
 ) -> NoReturn:
     """Stores the failure (input only: never a checkpoint) and ends the stream."""
+    cancel_parent_read(turn)
     log.warning("turn failed", response_id=turn.response_id, reason=failure.message)
     final = finish_response(
         turn.base,

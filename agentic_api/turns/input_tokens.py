@@ -1,6 +1,11 @@
 """Counting a turn's input tokens exactly, without running or storing the turn.
 
-The count is whatever the upstream reports as ``usage.input_tokens`` for the very request
+When the upstream has vLLM's render endpoint (``--enable-scale-out``, or a ``vllm launch
+render`` process; detected at start-up, ``upstream/capabilities.py``), the turn's exact
+request goes to ``POST /v1/responses/render`` and the count is the number of token ids
+the engine would prefill: exact, and nothing is generated or computed on the GPU.
+
+Otherwise the count is whatever the upstream reports as ``usage.input_tokens`` for the very request
 the turn would send: the turn is prepared as for a create (same lineage, rehydrated
 history, salt and headers), then sent to the upstream's stateless ``/v1/responses`` with
 ``max_output_tokens: 1`` and ``stream: false``. vLLM renders and tokenizes that request
@@ -17,10 +22,13 @@ from __future__ import annotations
 
 import orjson
 
-from agentic_api.errors import UpstreamError
+from agentic_api.errors import ApiError, UpstreamError
+from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.turns.prepare import Caller, prepare_turn
 from agentic_api.wire.requests import CreateResponseRequest
+
+log = get_logger("agentic_api.turns.input_tokens")
 
 COUNT_OUTPUT_TOKENS = 1
 
@@ -31,6 +39,15 @@ async def count_input_tokens(
     turn = await prepare_turn(services.db, caller, request, histories=services.histories)
     body = orjson.loads(turn.body)
     body["stream"] = False
+    capabilities = services.tokens.get(request.model)
+    if capabilities is not None and capabilities.render:
+        try:
+            return len(await services.upstream.render_response(orjson.dumps(body), turn.headers))
+        except ApiError as exc:
+            if exc.status_code in (502, 504):
+                raise
+            # Render refused (turned off since start-up?): count the way that always works.
+            log.warning("render endpoint refused a count", code=exc.code, reason=exc.message)
     body["max_output_tokens"] = COUNT_OUTPUT_TOKENS
     answer = await services.upstream.create_response(orjson.dumps(body), turn.headers)
     usage = answer.get("usage")

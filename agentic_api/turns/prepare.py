@@ -25,6 +25,7 @@ from agentic_api.turns.errors import (
 from agentic_api.turns.history import load_history
 from agentic_api.turns.render import render_body, upstream_fields, upstream_headers
 from agentic_api.turns.summary_request import requests_compaction, summary_body
+from agentic_api.turns.token_plan import TokenPlan
 from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest
@@ -100,6 +101,8 @@ class PreparedTurn:
     compacts: bool = False
     # How its upstream requests name the session for the replicas' KV events.
     tags: SessionTags = field(default_factory=SessionTags)
+    # Set by the runner when the upstream reports token ids (turns/tokens.py).
+    tokens: TokenPlan | None = None
 
     @property
     def runs_tools(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens, take_reported_tokens
 from agentic_api.wire.items import id_kind_for
 from lineage import IdKind, mint_id
 
@@ -38,13 +39,27 @@ class StreamRelay:
         self._next_sequence = 0
         self._ids_by_index: dict[int, str] = {}
         self._index_by_upstream_id: dict[str, int] = {}
-        self.upstream_final: dict[str, Any] | None = None
+        self._upstream_final: dict[str, Any] | None = None
+        # Each upstream round's exact token ids (or why there are none), in round order.
+        self.token_rounds: list[ReportedTokens | MissingTokens] = []
         self.upstream_error: dict[str, Any] | None = None
         self.upstream_response_id: str | None = None
         self.first_token_seen = False
         self.opened = False
         # Output index in our response of the upstream round's item 0.
         self.offset = 0
+
+    @property
+    def upstream_final(self) -> dict[str, Any] | None:
+        return self._upstream_final
+
+    @upstream_final.setter
+    def upstream_final(self, final: dict[str, Any] | None) -> None:
+        """Every round's final object passes here (JSON or streamed): its engine-only
+        token fields are taken out before anything reads it."""
+        if final is not None:
+            self.token_rounds.append(take_reported_tokens(final))
+        self._upstream_final = final
 
     def start_round(self, offset: int) -> None:
         """Forget the previous round (its ids, its final object) before the next one."""

@@ -26,6 +26,7 @@ from agentic_api.turns.finish import (
 from agentic_api.turns.prepare import PreparedTurn
 from agentic_api.turns.relay import StreamRelay
 from agentic_api.turns.render import streams_upstream
+from agentic_api.turns.tokens import attach_tokens
 from agentic_api.turns.tool_loop import run_tool_turn
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire.items import to_item
@@ -45,6 +46,7 @@ async def run_turn(
     relay = StreamRelay(turn.base)
     record = turn.records_events
     events: list[dict[str, Any]] = []
+    attach_tokens(services, turn)
 
     meter = TurnMeter(
         model=turn.request.model,

@@ -53,6 +53,7 @@ from agentic_api.turns.finish import (
 from agentic_api.turns.prepare import PreparedTurn
 from agentic_api.turns.relay import StreamRelay
 from agentic_api.turns.render import render_body, streams_upstream, upstream_fields
+from agentic_api.turns.token_plan import TOKEN_IDS_FIELD
 from agentic_api.turns.tool_events import GatewayEvents
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire import mcp as wire
@@ -189,6 +190,8 @@ class ToolLoop:
         fields["tools"] = catalog.upstream_tools(request.tools or [])
         if "tool_choice" in fields:
             fields["tool_choice"] = catalog.upstream_tool_choice(fields["tool_choice"])
+        if self.turn.tokens is not None and self.turn.tokens.asked:
+            fields.update(TOKEN_IDS_FIELD)
         return fields
 
     def _resolve_approvals(self, catalog: ToolCatalog) -> list[tuple[PlannedCall, str | None]]:

@@ -10,6 +10,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field
 
 from agentic_api.wire.residency import TurnResidency
+from agentic_api.wire.token_account import TokenAccountView
 
 T = TypeVar("T")
 
@@ -169,6 +170,32 @@ class AdminTurn(BaseModel):
         default=None,
         description="Prefix not resident: a continuation that reused less than expected "
         "although nothing in it changed, and what the replicas' KV events say caused it.",
+    )
+    tokens: TokenAccountView | None = Field(
+        description="Token-level reuse account against the parent's exact tokens: expected, "
+        "measured and token-exact reusable tokens and the cause of any loss; null when the "
+        "upstream did not report token ids."
+    )
+
+
+class TokenArtifactInfo(BaseModel):
+    prompt_tokens: int
+    output_tokens: int
+    stored_bytes: int = Field(description="Both id lists, packed and compressed.")
+    encoding: str
+    model: str
+    tokenizer: str = Field(description="Tokenizer/template identity the upstream exposed.")
+    created_at: int
+
+
+class AdminTokenAccount(BaseModel):
+    object: Literal["admin.token_account"] = "admin.token_account"
+    response_id: str
+    tenant_id: str
+    model: str
+    account: TokenAccountView | None = Field(description="Null: no token ids were reported.")
+    artifact: TokenArtifactInfo | None = Field(
+        description="This turn's own stored token ids; null when none (or expired)."
     )
 
 

@@ -21,6 +21,7 @@ from agentic_api.wire.admin import (
     TurnUsage,
     hit_ratio,
 )
+from agentic_api.wire.token_account import account_view
 from lineage import ExecutionFingerprint
 
 
@@ -155,6 +156,8 @@ class TurnView(TurnFacts, Protocol):
     def fingerprint_digest(self) -> str: ...
     @property
     def conversation_id(self) -> str | None: ...
+    @property
+    def token_account(self) -> dict[str, Any] | None: ...
 
 
 def present_turn(turn: TurnView, previous: TurnView | None) -> AdminTurn:
@@ -179,6 +182,7 @@ def present_turn(turn: TurnView, previous: TurnView | None) -> AdminTurn:
         ),
         fingerprint=TurnFingerprint(digest=turn.fingerprint_digest, components=turn.fingerprint),
         cache_break=explain(turn, previous),
+        tokens=account_view(turn.token_account) if turn.token_account else None,
     )
 
 

@@ -35,6 +35,7 @@ from agentic_api.wire.admin import (
     AdminLineage,
     AdminMessageTurn,
     AdminTenant,
+    AdminTokenAccount,
     AdminTurn,
     CacheStats,
     CacheStatsPage,
@@ -44,6 +45,7 @@ from agentic_api.wire.admin import (
     IssuedApiKey,
     ListPage,
     TenantCreated,
+    TokenArtifactInfo,
     hit_ratio,
     list_page,
     metadata_filters,
@@ -59,6 +61,7 @@ from agentic_api.wire.limits import (
     MAX_MODEL_LENGTH,
 )
 from agentic_api.wire.timeline import present_chain, present_timeline, present_tree
+from agentic_api.wire.token_account import account_view
 
 # Only documents the scheme in OpenAPI (auto_error off); require_admin does the checking.
 _admin_bearer = HTTPBearer(
@@ -440,6 +443,38 @@ async def response_lineage(response_id: str, request: Request) -> AdminLineage:
         descendants=present_tree(chain[-1], shown),
         descendant_count=len(shown),
         truncated=len(descendants) > MAX_DESCENDANTS,
+    )
+
+
+@router.get(
+    "/responses/{response_id}/token_account",
+    summary="A response's token-level reuse account (expected, measured, token-exact "
+    "reusable tokens, the cause of any loss) and its stored token ids",
+)
+async def token_account(response_id: str, request: Request) -> AdminTokenAccount:
+    async with services_of(request).db.read() as session:
+        repo = AdminRepository(session)
+        chain = await repo.ancestors(response_id)
+        if not chain:
+            raise NotFound(f"No response with id '{response_id}'.", param="response_id")
+        artifact = await repo.token_artifact(response_id)
+    turn = chain[-1]
+    return AdminTokenAccount(
+        response_id=turn.id,
+        tenant_id=turn.tenant_id,
+        model=turn.model,
+        account=account_view(turn.token_account) if turn.token_account else None,
+        artifact=None
+        if artifact is None
+        else TokenArtifactInfo(
+            prompt_tokens=artifact.prompt_count,
+            output_tokens=artifact.output_count,
+            stored_bytes=len(artifact.prompt_ids) + len(artifact.output_ids),
+            encoding=artifact.encoding,
+            model=artifact.model,
+            tokenizer=artifact.tokenizer,
+            created_at=int(artifact.created_at.timestamp()),
+        ),
     )
 
 
