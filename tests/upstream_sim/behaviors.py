@@ -37,12 +37,22 @@ class Call:
 
 @dataclass(frozen=True)
 class Reply:
-    """A text answer, optionally preceded by reasoning."""
+    """A text answer, optionally preceded by reasoning.
+
+    ``newline_pairs_as_one``: the model generates each "\n\n" as one token, as real BPE
+    models often do, while the text sent back is tokenized as two (the simulator's
+    tokenizer always splits newlines): the replayed history then diverges from the
+    generated tokens there, like a real re-tokenization divergence."""
 
     text: str = ""
     reasoning: str | None = None
     delay: float = 0.0
     event_delay: float = 0.0
+    newline_pairs_as_one: bool = False
+    # How ``enable_response_messages`` reports this request's ids: "exact"; "omit" (no
+    # ids, as an upstream that stopped reporting them); "short" (one output id missing,
+    # so the ids disagree with usage).
+    report_tokens: str = "exact"
 
 
 @dataclass(frozen=True, init=False)

@@ -70,6 +70,8 @@ def generate(content: Content, max_tokens: int) -> Generation:
     parts = planned_parts(content)
     body = render_assistant_body([p.part for p in parts])
     pieces = tokenizer.split(body)
+    if isinstance(content, Reply) and content.newline_pairs_as_one:
+        pieces = tokenizer.merge_newline_pairs(pieces)
     if len(pieces) + 1 <= max_tokens:
         reasoning = sum(
             tokenizer.count(p.part.render()) for p in parts if p.part.kind == "reasoning"

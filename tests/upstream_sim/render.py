@@ -159,10 +159,15 @@ def _reasoning_text(item: Mapping[str, Any]) -> str:
     return ""
 
 
-def _assistant_part_of_item(item: Mapping[str, Any]) -> AssistantPart | None:
+def _assistant_part_of_item(
+    item: Mapping[str, Any], drop_tool_calls: bool = False
+) -> AssistantPart | None:
     itype = item.get("type")
     if itype == "reasoning":
         return AssistantPart("reasoning", _reasoning_text(item))
+    if itype == "function_call" and drop_tool_calls:
+        # A template that renders only ``content``: the call leaves an empty message.
+        return AssistantPart("text", "")
     if itype == "function_call":
         args = item.get("arguments", "")
         return AssistantPart(
@@ -189,7 +194,7 @@ def _turn_of_item(item: Any) -> Turn:
     return Turn(str(itype), _dumps(item))
 
 
-def responses_turns(body: Mapping[str, Any]) -> list[Turn]:
+def responses_turns(body: Mapping[str, Any], drop_tool_calls: bool = False) -> list[Turn]:
     turns: list[Turn] = []
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
@@ -200,7 +205,11 @@ def responses_turns(body: Mapping[str, Any]) -> list[Turn]:
     elif isinstance(request_input, list):
         pending: list[AssistantPart] = []
         for item in request_input:
-            part = _assistant_part_of_item(item) if isinstance(item, Mapping) else None
+            part = (
+                _assistant_part_of_item(item, drop_tool_calls)
+                if isinstance(item, Mapping)
+                else None
+            )
             if part is not None:
                 pending.append(part)
                 continue
@@ -214,8 +223,8 @@ def responses_turns(body: Mapping[str, Any]) -> list[Turn]:
     return _with_tools(turns, tools if isinstance(tools, list) else None)
 
 
-def render_responses(body: Mapping[str, Any]) -> Rendered:
-    turns = responses_turns(body)
+def render_responses(body: Mapping[str, Any], *, drop_tool_calls: bool = False) -> Rendered:
+    turns = responses_turns(body, drop_tool_calls)
     return Rendered(render_turns(turns), _last_user_text(turns))
 
 

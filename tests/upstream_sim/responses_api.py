@@ -72,7 +72,7 @@ def prepare(
     state = runtime.state
     config = state.config
     salt = _validate(body, config)
-    rendered = render_responses(body)
+    rendered = render_responses(body, drop_tool_calls=config.template_drops_tool_calls)
     prompt = tokenizer.tokenize(rendered.text)
     if len(prompt) >= config.max_model_len:
         raise SimHTTPError(
@@ -100,6 +100,11 @@ def prepare(
         response_id=response_id,
     )
     shaper = _Shaper(body, config, response_id, len(prompt), max_tokens)
+    report = getattr(content, "report_tokens", "exact")
+    asked = body.get("enable_response_messages") is True and config.response_messages
+    if asked and report != "omit":
+        shaper.prompt_messages = (rendered.text, prompt)
+        shaper.short_output = report == "short"
     return Exchange(
         runtime=runtime,
         rec=rec,
@@ -126,6 +131,9 @@ class _Shaper:
         self.prompt_len = prompt_len
         self.max_tokens = max_tokens
         self.created_at = int(time.time())
+        # With ``enable_response_messages``: the prompt text and ids the engine prefilled.
+        self.prompt_messages: tuple[str, list[int]] | None = None
+        self.short_output = False
 
     # --- objects ----------------------------------------------------------------------
 
@@ -190,7 +198,16 @@ class _Shaper:
 
     def final(self, gen: Generation, cached: int, items: list[Json]) -> Json:
         status = "incomplete" if gen.truncated else "completed"
-        return self.response(status, items, self.usage(gen, cached))
+        final = self.response(status, items, self.usage(gen, cached))
+        if self.prompt_messages is not None:
+            # vLLM's SimpleContext: one raw message for the prompt, one for the output;
+            # "tokens is the source of truth" (the text leaves special tokens out).
+            text, ids = self.prompt_messages
+            final["input_messages"] = [_raw_message(text, ids)]
+            generated = "".join(p for p in gen.pieces if p not in tokenizer.SPECIAL_TOKENS)
+            ids = gen.token_ids[:-1] if self.short_output else gen.token_ids
+            final["output_messages"] = [_raw_message(generated, ids)] if gen.pieces else []
+        return final
 
     # --- renderers used by the Exchange -------------------------------------------------
 
@@ -213,6 +230,44 @@ class _Shaper:
         events.append({"type": terminal, "response": final})
         frames = [sse_event({**e, "sequence_number": seq}) for seq, e in enumerate(events)]
         return StreamPlan(frames, len(frames) - 1, _error_frames)
+
+
+def _raw_message(text: str, ids: list[int]) -> Json:
+    return {"message": text, "tokens": list(ids), "type": "raw_message_tokens"}
+
+
+def render_request(body: Json, config: SimConfig) -> Json:
+    """``POST /v1/responses/render`` (vLLM with ``--enable-scale-out``): the token ids the
+    engine would prefill for this body, nothing generated. Stateless only."""
+    if not config.enable_scale_out:
+        raise SimHTTPError(
+            403,
+            "Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out "
+            "to enable them.",
+            "PermissionDeniedError",
+            None,
+        )
+    if body.get("previous_response_id") is not None:
+        raise SimHTTPError(
+            400,
+            "previous_response_id is not supported by the stateless render endpoint.",
+            "invalid_request_error",
+            "previous_response_id",
+        )
+    request_input = body.get("input")
+    if not isinstance(request_input, str | list):
+        raise schema_error("input: Field required" if request_input is None else "input: invalid")
+    check_model(body, config)
+    check_cache_salt(cache_salt_shape(body))
+    rendered = render_responses(body, drop_tool_calls=config.template_drops_tool_calls)
+    prompt = tokenizer.tokenize(rendered.text)
+    return {
+        "request_id": new_id("resp_"),
+        "token_ids": prompt,
+        "model": body.get("model") or config.model,
+        "cache_salt": body.get("cache_salt"),
+        "stream": bool(body.get("stream")),
+    }
 
 
 def _error_frames(seq: int, message: str, code: str) -> list[bytes]:

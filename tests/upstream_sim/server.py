@@ -132,6 +132,45 @@ def create_app(runtime: Runtime) -> ASGIApp:
     async def responses(request: Request) -> Response:
         return await generation(request, responses_api.prepare)
 
+    @app.post("/v1/responses/render")
+    async def render_responses(request: Request) -> Response:
+        rec = _record_of(request)
+        try:
+            body = parse_json_object(await request.body(), request.headers.get("content-type"))
+            answer = responses_api.render_request(body, state.config)
+        except SimHTTPError as exc:
+            state.finish(rec, "rejected", status=exc.status)
+            return _error(exc)
+        state.finish(rec, "completed", status=200)
+        return _json(answer)
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        rec = _record_of(request)
+        try:
+            body = parse_json_object(await request.body(), request.headers.get("content-type"))
+            check_model(body, state.config)
+            tokens = body.get("tokens")
+            if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+                raise schema_error("tokens: Input should be a valid list of integers")
+        except SimHTTPError as exc:
+            state.finish(rec, "rejected", status=exc.status)
+            return _error(exc)
+        state.finish(rec, "completed", status=200)
+        return _json({"prompt": "".join(tokenizer.piece_of(t) for t in tokens)})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        # The one vLLM series the gateway reads: the KV cache's configuration.
+        config = state.config
+        text = (
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+            "# TYPE vllm:cache_config_info gauge\n"
+            f'vllm:cache_config_info{{block_size="{config.block_size}",'
+            'cache_dtype="auto",enable_prefix_caching="True",engine="0"} 1.0\n'
+        )
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await generation(request, chat_api.prepare)
@@ -169,7 +208,7 @@ def create_app(runtime: Runtime) -> ASGIApp:
             "object": "model",
             "created": created,
             "owned_by": "vllm",
-            "root": config.model,
+            "root": config.model_root or config.model,
             "parent": None,
             "max_model_len": config.max_model_len,
             "permission": [

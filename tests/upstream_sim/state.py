@@ -58,6 +58,16 @@ class SimConfig:
     # cost per generated token (added to each stream event / to a JSON reply).
     prefill_seconds_per_token: float = 0.0
     decode_seconds_per_token: float = 0.0
+    # Whether ``enable_response_messages`` returns token ids (vLLM >= 0.32 does; an older
+    # or another server ignores the field and answers null).
+    response_messages: bool = True
+    # The chat template renders a replayed function call as an empty assistant message
+    # (SmolLM2's renders only ``content``, dropping ``tool_calls``).
+    template_drops_tool_calls: bool = False
+    # vLLM's ``--enable-scale-out``: the render endpoints answer (else 403).
+    enable_scale_out: bool = False
+    # What /v1/models reports as the model's ``root`` (vLLM: the path it was loaded from).
+    model_root: str | None = None
     # Keep only the latest so many requests (None: all). Benchmarks bound it: thousands of
     # kept request bodies (parsed JSON) made the simulator's own garbage collection pause
     # for ~60 ms, delaying whichever requests were in flight.

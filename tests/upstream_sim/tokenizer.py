@@ -44,13 +44,38 @@ def split(text: str) -> list[str]:
     return _PIECE.findall(text)
 
 
+# Every piece an id was made for, so ids can be decoded again (ids are hashes). A dict
+# write is atomic, so the server thread and tests may both fill it.
+_PIECES: dict[int, str] = {token: piece for piece, token in _SPECIAL_IDS.items()}
+
+
 def piece_id(piece: str) -> int:
     """The stable id of one piece: the same in every process and on every replica."""
     special = _SPECIAL_IDS.get(piece)
     if special is not None:
         return special
     digest = hashlib.blake2b(piece.encode("utf-8"), digest_size=8).digest()
-    return _FIRST_ORDINARY_ID + int.from_bytes(digest, "big") % _ORDINARY_ID_SPAN
+    token = _FIRST_ORDINARY_ID + int.from_bytes(digest, "big") % _ORDINARY_ID_SPAN
+    _PIECES[token] = piece
+    return token
+
+
+def piece_of(token: int) -> str:
+    """The piece an id was made for; U+FFFD for an id never seen (as a byte-level
+    tokenizer shows bytes that are not whole characters)."""
+    return _PIECES.get(token, "\ufffd")
+
+
+def merge_newline_pairs(pieces: Sequence[str]) -> list[str]:
+    """Pieces with each run of two newlines as one piece (its own id), as a BPE model
+    that learned "\n\n" generates it."""
+    merged: list[str] = []
+    for piece in pieces:
+        if piece == "\n" and merged and merged[-1] == "\n":
+            merged[-1] = "\n\n"
+        else:
+            merged.append(piece)
+    return merged
 
 
 def ids(pieces: Sequence[str]) -> list[int]:
