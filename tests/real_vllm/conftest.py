@@ -65,6 +65,62 @@ def real_server(
         yield running
 
 
+@pytest.fixture(scope="session")
+def smollm2() -> Iterator[RealVllm]:
+    """SmolLM2-135M-Instruct (a real instruct model, float32) on CPU vLLM, with prefix
+    caching, the hermes tool parser and the render endpoint (``--enable-scale-out``).
+    ``AGENTIC_SMOLLM2_URL`` reuses a running one (started with those flags)."""
+    given = os.environ.get("AGENTIC_SMOLLM2_URL")
+    port: int | None = None
+    if given:
+        url = given.rstrip("/").removesuffix("/v1")
+    else:
+        subprocess.run([str(SCRIPTS / "setup.sh")], check=True, stdout=subprocess.DEVNULL)
+        built = subprocess.run(
+            [str(SCRIPTS / "setup_smollm2.sh")], check=True, capture_output=True, text=True
+        )
+        model_dir = built.stdout.strip().splitlines()[-1].partition("=")[2]
+        port = free_port()
+        started = subprocess.run(
+            [
+                str(SCRIPTS / "start.sh"),
+                str(port),
+                "smollm2",
+                "--enable-auto-tool-choice",
+                "--tool-call-parser",
+                "hermes",
+                "--enable-scale-out",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={
+                **os.environ,
+                "AGENTIC_VLLM_MODEL_DIR": model_dir,
+                "AGENTIC_VLLM_START_TIMEOUT": os.environ.get("AGENTIC_VLLM_START_TIMEOUT", "300"),
+            },
+        )
+        url = started.stdout.strip().splitlines()[-1]
+    try:
+        models = httpx.get(f"{url}/v1/models", timeout=10).json()
+        yield RealVllm(
+            url, models["data"][0]["id"], int(os.environ.get("AGENTIC_VLLM_BLOCK_SIZE", "32"))
+        )
+    finally:
+        if port is not None:
+            subprocess.run([str(SCRIPTS / "stop.sh"), str(port)], check=False)
+
+
+@pytest.fixture(scope="session")
+def smol_server(
+    backend: str, db_url: str, smollm2: RealVllm, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    """Our server in front of SmolLM2; token artifacts required (start-up fails without)."""
+    data_dir = tmp_path_factory.mktemp("smol-data")
+    with app_server(backend, db_url, smollm2.url, data_dir, token_artifacts="required") as running:
+        yield running
+
+
 @pytest.fixture
 def report() -> list[dict[str, Any]]:
     return REPORT
