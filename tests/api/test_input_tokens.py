@@ -81,8 +81,10 @@ def test_count_of_a_continuation_includes_the_rehydrated_history(
     # Same lineage headers as the chain, so a router sends the count where the blocks are.
     turn = sim.last("/v1/responses")
     assert probe.headers["x-session-id"] == turn.headers["x-session-id"]
-    # The probe is the turn's own request, except for the two fields it overrides and the
-    # id minted for the new input item (ids are not rendered into the prompt).
+    # The probe is the turn's own request, except for the two fields it overrides, the
+    # id minted for the new input item (ids are not rendered into the prompt) and the
+    # stored turn's request for its token ids (a count stores nothing).
+    assert turn.json.pop("enable_response_messages") is True
     for body in (probe.json, turn.json):
         body.pop("max_output_tokens", None)
         body.pop("stream")

@@ -427,3 +427,22 @@ def test_off_asks_for_nothing(fresh_db: str, sim: SimServer, tmp_path: Path) -> 
         client.responses.create(model=MODEL, input="Hello")
         assert [r.path for r in sim.requests()] == ["/v1/responses"]
         assert "enable_response_messages" not in sim.last("/v1/responses").json
+
+
+def test_a_background_continuation_is_accounted(
+    client: OpenAI, sim: SimServer, admin: httpx.Client
+) -> None:
+    sim.push(Reply("in the foreground"), Reply("in the background"))
+    first = client.responses.create(model=MODEL, input="Foreground first")
+    queued = client.responses.create(
+        model=MODEL, input="Then queued", previous_response_id=first.id, background=True
+    )
+    deadline = time.monotonic() + 15
+    while client.responses.retrieve(queued.id).status != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    shown = account_of(admin, queued.id)
+    # Streamed upstream by the worker, committed through the repositories.
+    assert sim.last("/v1/responses").json["stream"] is True
+    assert shown["account"]["status"] == "exact" and shown["artifact"] is not None
+    assert shown["account"]["measured_cached"] == shown["account"]["expected_cached"]
