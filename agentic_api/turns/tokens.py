@@ -154,6 +154,11 @@ async def _settle(
             )
     services.tokens.observed(turn.request.model, streamed, ids=True)
     assert isinstance(first, ReportedTokens) and isinstance(last, ReportedTokens)
+    made = await _account(turn, plan, first)
+    if turn.compacts:
+        # Its continuations replay the summary, not this prompt and output: nothing of
+        # its tokens is theirs to reuse.
+        return TokenRecord(None, None, made)
     output_types = tuple(item.type for item in model_output)
     kept = TokenArtifact(
         turn.response_id,
@@ -178,7 +183,7 @@ async def _settle(
         output_ids=pack_ids(last.output),
         output_types=list(output_types),
     )
-    return TokenRecord(row, kept, await _account(turn, plan, first))
+    return TokenRecord(row, kept, made)
 
 
 async def _account(turn: PreparedTurn, plan: TokenPlan, first: ReportedTokens) -> TokenAccount:

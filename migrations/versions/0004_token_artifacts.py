@@ -1,7 +1,7 @@
 """token artifacts: each turn's exact token ids, and its reuse account
 
 Revision ID: 0004_token_artifacts
-Revises: 0002
+Revises: 0005_messages_turns
 Create Date: 2026-12-01
 """
 
@@ -14,7 +14,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0004_token_artifacts"
-down_revision: str | None = "0002"
+down_revision: str | None = "0005_messages_turns"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
