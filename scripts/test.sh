@@ -17,8 +17,9 @@ fi
 .venv/bin/lint-imports --no-cache
 .venv/bin/python -m pytest "$@"
 
-# The real-vLLM tier (CPU vLLM + tiny model; ~1-2 min once scripts/real_vllm/setup.sh has
-# its cache, a few more the first time). Reuses a running vLLM given by AGENTIC_REAL_VLLM_URL.
+# The real-vLLM tier (CPU vLLM: the tiny model, ~1-2 min once scripts/real_vllm/setup.sh has
+# its cache; SmolLM2-135M-Instruct for token-level truth, ~4 min on a loaded 2-core machine
+# once setup_smollm2.sh has its cache, ~2 min more the first time). Reuses a running vLLM given by AGENTIC_REAL_VLLM_URL.
 if [[ "${AGENTIC_REAL_VLLM:-0}" == "1" || "${CI:-}" == "true" ]]; then
   .venv/bin/python -m pytest -m real_vllm tests/real_vllm -rs
 fi
