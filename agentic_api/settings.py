@@ -236,6 +236,19 @@ class Settings(BaseSettings):
     residency_evictions_kept: int = Field(
         16, ge=1, description="Evictions remembered per session per replica."
     )
+    router_agentic_context: bool = Field(
+        False,
+        description="Send vllm-router's program-scheduling hints with every upstream request: "
+        "vllm_xargs.agentic_context (program and session = our session id, expected_resume "
+        "when the request offers tools), derived from our lineage; a client's own value is "
+        "always dropped. For vllm-router --enable-program-scheduling.",
+    )
+    router_kv_retention_ttl_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="With router_agentic_context: how long the router should keep a session "
+        "that will resume (kv_retention_ttl_seconds); unset lets the router choose.",
+    )
     metrics_enabled: bool = Field(
         True,
         description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "

@@ -42,6 +42,7 @@ from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.storage.types import to_unix, utcnow
 from agentic_api.turns.commit_steps import CommitStep
 from agentic_api.turns.prepare import Caller, PreparedTurn, Reservation, prepare_turn
+from agentic_api.turns.render import agentic_context_of
 from agentic_api.turns.run import TurnFailed, run_turn
 from agentic_api.wire.items import Item
 from agentic_api.wire.requests import CreateResponseRequest
@@ -243,6 +244,7 @@ async def _prepare(services: Services, row: Response, inputs: Sequence[StoredIte
         histories=services.histories,
         reservation=reservation,
         tags=services.session_tags,
+        agentic_context=agentic_context_of(services.settings),
     )
 
 

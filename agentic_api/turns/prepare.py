@@ -23,7 +23,13 @@ from agentic_api.turns.errors import (
     previous_response_not_found,
 )
 from agentic_api.turns.history import load_history
-from agentic_api.turns.render import render_body, upstream_fields, upstream_headers
+from agentic_api.turns.render import (
+    AgenticContext,
+    add_agentic_context,
+    render_body,
+    upstream_fields,
+    upstream_headers,
+)
 from agentic_api.turns.summary_request import requests_compaction, summary_body
 from agentic_api.turns.token_plan import TokenPlan
 from agentic_api.wire.conversations import check_unique_ids
@@ -132,10 +138,12 @@ async def prepare_turn(
     local: ConnectionHistories | None = None,
     reservation: Reservation | None = None,
     tags: SessionTags | None = None,
+    agentic_context: AgenticContext | None = None,
 ) -> PreparedTurn:
     """``histories``: this process's verified histories, consulted before the items in
     storage. ``local``: a WebSocket connection's own histories, consulted before both.
-    ``reservation``: the id, creation time and input a background job was enqueued with."""
+    ``reservation``: the id, creation time and input a background job was enqueued with.
+    ``agentic_context``: the router's program-scheduling hints to send, when configured."""
     mcp_servers = parse_servers(request.tools)
     if mcp_servers:
         if request.background and has_secrets(request.tools):
@@ -224,6 +232,7 @@ async def prepare_turn(
     fields = upstream_fields(
         request, cache_salt=caller.cache_salt, session_id=lineage.session_id, tags=tags
     )
+    add_agentic_context(fields, lineage, request, agentic_context)
     prompt = [*history, *new_input]
     return PreparedTurn(
         caller=caller,

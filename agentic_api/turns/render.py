@@ -7,10 +7,12 @@ N+1's ``input`` starts with exactly the bytes of turn N's ``input`` and output.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.mcp.specs import is_mcp
+from agentic_api.settings import Settings
 from agentic_api.wire.items import Item
 from agentic_api.wire.mcp import CLIENT_ONLY_TYPES
 from agentic_api.wire.requests import CreateResponseRequest
@@ -65,7 +67,70 @@ def upstream_fields(
         # So the replica's KV events name the session even where no header reaches it.
         (tags or SessionTags()).apply(fields, session_id)
     fields.pop("input", None)
+    _drop_client_agentic_context(fields)
     return fields
+
+
+# vllm-router's program scheduling reads this key of ``vllm_xargs``: who the request
+# belongs to and whether the session will be back. It steers where the router keeps and
+# sends a session, so only we may set it, from our lineage; a client's value is dropped.
+AGENTIC_CONTEXT = "agentic_context"
+
+
+@dataclass(frozen=True)
+class AgenticContext:
+    """Sends ``vllm_xargs.agentic_context`` (setting ``router_agentic_context``)."""
+
+    kv_retention_ttl_seconds: float | None = None
+
+    def render(self, lineage: ResponseLineage, request: CreateResponseRequest) -> str:
+        # One program per session: forks of a chain share their session, hence its
+        # program and its prefix; a chain has no parent program. Nothing here changes
+        # from turn to turn of a session except ``expected_resume``, so a router that
+        # compares request bodies sees the same head every time.
+        resumes = bool(request.tools) and request.tool_choice != "none"
+        context: dict[str, Any] = {
+            "program_id": f"{lineage.session_id}:lead",
+            "task_id": lineage.session_id,
+            "session_id": lineage.session_id,
+            "agent_id": "lead",
+            "expected_resume": resumes,
+        }
+        if resumes and self.kv_retention_ttl_seconds is not None:
+            context["kv_retention_ttl_seconds"] = self.kv_retention_ttl_seconds
+        # A JSON string, not an object: vLLM accepts only scalars (or lists of them) as
+        # vllm_xargs values and answers 400 to a nested object; the router decodes both.
+        return canonical_json(context).decode()
+
+
+def agentic_context_of(settings: Settings) -> AgenticContext | None:
+    if not settings.router_agentic_context:
+        return None
+    return AgenticContext(settings.router_kv_retention_ttl_seconds)
+
+
+def add_agentic_context(
+    fields: dict[str, Any],
+    lineage: ResponseLineage,
+    request: CreateResponseRequest,
+    context: AgenticContext | None,
+) -> None:
+    if context is None:
+        return
+    xargs = fields.get("vllm_xargs")
+    if xargs is not None and not isinstance(xargs, dict):
+        return  # the client's malformed value goes as sent; the model server refuses it
+    fields["vllm_xargs"] = {**(xargs or {}), AGENTIC_CONTEXT: context.render(lineage, request)}
+
+
+def _drop_client_agentic_context(fields: dict[str, Any]) -> None:
+    xargs = fields.get("vllm_xargs")
+    if isinstance(xargs, dict) and AGENTIC_CONTEXT in xargs:
+        rest = {key: value for key, value in xargs.items() if key != AGENTIC_CONTEXT}
+        if rest:
+            fields["vllm_xargs"] = rest
+        else:
+            del fields["vllm_xargs"]
 
 
 def streams_upstream(request: CreateResponseRequest) -> bool:

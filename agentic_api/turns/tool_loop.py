@@ -52,8 +52,15 @@ from agentic_api.turns.finish import (
 )
 from agentic_api.turns.prepare import PreparedTurn
 from agentic_api.turns.relay import StreamRelay
-from agentic_api.turns.render import render_body, streams_upstream, upstream_fields
+
 from agentic_api.turns.token_plan import TOKEN_IDS_FIELD
+from agentic_api.turns.render import (
+    add_agentic_context,
+    agentic_context_of,
+    render_body,
+    streams_upstream,
+    upstream_fields,
+)
 from agentic_api.turns.tool_events import GatewayEvents
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire import mcp as wire
@@ -187,6 +194,7 @@ class ToolLoop:
             session_id=self.turn.lineage.session_id,
             tags=self.turn.tags,
         )
+        add_agentic_context(fields, self.turn.lineage, request, agentic_context_of(self.settings))
         fields["tools"] = catalog.upstream_tools(request.tools or [])
         if "tool_choice" in fields:
             fields["tool_choice"] = catalog.upstream_tool_choice(fields["tool_choice"])

@@ -26,6 +26,7 @@ from agentic_api.storage.responses import ResponseRepository
 from agentic_api.turns.channel import TurnChannel
 from agentic_api.turns.prepare import Caller, prepare_turn
 from agentic_api.turns.rebuilt_events import rebuild_events
+from agentic_api.turns.render import agentic_context_of
 from agentic_api.turns.run import TurnFailed, run_turn
 from agentic_api.wire.limits import MAX_LIST_LIMIT
 from agentic_api.wire.listing import present_item
@@ -85,7 +86,12 @@ async def create_response(request: Request, tenant: Tenant) -> Response:
         return JsonResponse(queued)
     try:
         turn = await prepare_turn(
-            services.db, caller, create, histories=services.histories, tags=services.session_tags
+            services.db,
+            caller,
+            create,
+            histories=services.histories,
+            tags=services.session_tags,
+            agentic_context=agentic_context_of(services.settings),
         )
     except BaseException:
         if claim is not None:

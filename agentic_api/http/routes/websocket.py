@@ -23,6 +23,7 @@ from agentic_api.services import Services
 from agentic_api.turns.channel import TurnChannel
 from agentic_api.turns.connection_histories import ConnectionHistories, lane_history_after
 from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
+from agentic_api.turns.render import agentic_context_of
 from agentic_api.turns.run import TurnFailed, run_turn, run_without_model
 from agentic_api.wire.requests import parse_create_request
 
@@ -209,6 +210,7 @@ async def _serve_create(
             histories=session.services.histories,
             local=session.local,
             tags=session.services.session_tags,
+            agentic_context=agentic_context_of(session.services.settings),
         )
     except ApiError:
         if request.previous_response_id:
