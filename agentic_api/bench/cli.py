@@ -11,6 +11,9 @@ from typing import Annotated, Any
 
 import typer
 
+from agentic_api.bench.agents import AgentsConfig, Chain, ToolChoice, run_agents
+from agentic_api.bench.agents import summarize as summarize_agents
+from agentic_api.bench.agents_report import write_report, write_run
 from agentic_api.bench.client import REPLICA_HEADERS, BenchError, Target
 from agentic_api.bench.continuations import ContinuationConfig, run_continuations, summarize
 from agentic_api.bench.continuations import write_outputs as write_continuations
@@ -18,7 +21,8 @@ from agentic_api.bench.overhead import OverheadConfig, run_overhead
 from agentic_api.bench.overhead import write_outputs as write_overhead
 
 bench_app = typer.Typer(
-    help="Measure a deployment: prefix-cache reuse of continuations, per-turn overhead.",
+    help="Measure a deployment: prefix-cache reuse of continuations, per-turn overhead, "
+    "concurrent agents in tool loops.",
     no_args_is_help=True,
 )
 
@@ -207,3 +211,134 @@ def overhead(
 
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.2f} ms"
+
+
+@bench_app.command()
+def agents(
+    url: Annotated[str, typer.Option(help="Responses server (or upstream/router for history).")],
+    chain: Annotated[
+        str,
+        typer.Option(
+            help="previous_response_id | conversation (stateful server) | history (the "
+            "client carries it, store: false: a raw upstream or a router)."
+        ),
+    ] = "previous_response_id",
+    api_key: Annotated[
+        list[str] | None, typer.Option(help="API key; repeat for several tenants (cycled).")
+    ] = None,
+    salt: Annotated[str | None, typer.Option(help="cache_salt sent with --chain history.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")] = None,
+    agents: Annotated[int, typer.Option("--agents", min=1, help="Agents at once.")] = 4,
+    turns: Annotated[int, typer.Option(min=1, help="Model turns per agent.")] = 4,
+    stream: Annotated[bool, typer.Option("--stream", help="Stream (measures TTFT).")] = False,
+    tool_seconds: Annotated[
+        float, typer.Option(min=0, help="Pause before answering each call.")
+    ] = 2.0,
+    think_seconds: Annotated[float, typer.Option(min=0, help="Pause before each request.")] = 0.1,
+    jitter: Annotated[float, typer.Option(min=0, max=1, help="+- fraction on pauses.")] = 0.25,
+    ramp_seconds: Annotated[float, typer.Option(min=0, help="Spread of agent starts.")] = 0.0,
+    tool_choice: Annotated[
+        str, typer.Option(help="named (first tool) | required | auto (the model decides).")
+    ] = "named",
+    tools: Annotated[int, typer.Option(min=1, help="Shared function tools.")] = 3,
+    system_words: Annotated[int, typer.Option(min=1, help="Shared system prompt size.")] = 300,
+    task_words: Annotated[int, typer.Option(min=1)] = 60,
+    tool_output_words: Annotated[int, typer.Option(min=1)] = 40,
+    max_output_tokens: Annotated[int, typer.Option(min=1)] = 32,
+    temperature: float = 0.0,
+    block_size: Annotated[int, typer.Option(min=1, help="The upstream's KV block size.")] = 32,
+    seed: int = 0,
+    nonce: Annotated[
+        str, typer.Option(help="Prefix of the shared prompt: a rerun that must start cold.")
+    ] = "",
+    retries: Annotated[int, typer.Option(min=0, help="Retries of a failed turn.")] = 0,
+    retry_delay: Annotated[float, typer.Option(min=0)] = 1.0,
+    account_path: Annotated[
+        str | None, typer.Option(help="GET path of a response's token account ({id}).")
+    ] = None,
+    admin_key: Annotated[str | None, typer.Option(help="Admin key for --account-path.")] = None,
+    replica_header: Annotated[
+        list[str] | None, typer.Option(help="Response header naming the serving replica.")
+    ] = None,
+    label: Annotated[str, typer.Option(help="Name of this run in reports.")] = "",
+    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
+    name: Annotated[str, typer.Option(help="Base name of the output files.")] = "agents",
+) -> None:
+    """N concurrent agents, K tool-calling turns each: warm returns, hit ratio, TTFT."""
+    if chain not in ("previous_response_id", "conversation", "history"):
+        raise typer.BadParameter(f"unknown --chain {chain!r}")
+    if tool_choice not in ("named", "required", "auto"):
+        raise typer.BadParameter(f"unknown --tool-choice {tool_choice!r}")
+    target = Target(
+        "target",
+        url,
+        stateful=chain != "history",
+        api_key=api_key[0] if api_key else None,
+        replica_headers=tuple(h.lower() for h in replica_header or REPLICA_HEADERS),
+    )
+    chain_mode: Chain = chain  # type: ignore[assignment]
+    choice: ToolChoice = tool_choice  # type: ignore[assignment]
+
+    async def work() -> tuple[list[dict[str, Any]], AgentsConfig]:
+        try:
+            config = AgentsConfig(
+                model=model or await target.first_model(),
+                agents=agents,
+                turns=turns,
+                chain=chain_mode,
+                stream=stream,
+                tool_seconds=tool_seconds,
+                think_seconds=think_seconds,
+                jitter=jitter,
+                ramp_seconds=ramp_seconds,
+                tool_choice=choice,
+                tools=tools,
+                system_words=system_words,
+                task_words=task_words,
+                tool_output_words=tool_output_words,
+                max_output_tokens=max_output_tokens,
+                temperature=temperature,
+                block_size=block_size,
+                seed=seed,
+                nonce=nonce,
+                api_keys=tuple(api_key) if api_key else (None,),
+                salt=salt,
+                retries=retries,
+                retry_delay=retry_delay,
+                account_path=account_path,
+                admin_key=admin_key,
+            )
+            return await run_agents(target, config), config
+        finally:
+            await target.aclose()
+
+    rows, config = _run(work())
+    result = {
+        "command": "agents",
+        "label": label or name,
+        "url": url,
+        "model": config.model,
+        "config": {
+            key: value
+            for key, value in vars(config).items()
+            if key not in ("api_keys", "admin_key", "model")
+        },
+        "tenants": len(config.api_keys),
+        "machine": _machine(),
+        "summary": summarize_agents(rows, config),
+    }
+    for path in write_run(out, name, rows, result):
+        typer.echo(f"wrote {path}")
+    typer.echo(json.dumps(result["summary"], indent=2, default=str))
+
+
+@bench_app.command("agents-report")
+def agents_report(
+    runs: Annotated[list[Path], typer.Argument(help="JSON files of bench agents runs.")],
+    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
+    name: Annotated[str, typer.Option(help="Base name of the output files.")] = "agents_report",
+) -> None:
+    """One table (markdown, CSV) and one chart over several bench agents runs."""
+    for path in write_report(out, name, runs):
+        typer.echo(f"wrote {path}")
+    typer.echo((out / f"{name}.md").read_text(encoding="utf-8"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,8 @@ class TurnResult:
     output: list[dict[str, Any]]
     replica: str | None
     status: str
+    # Streamed requests only: seconds to the first generated token's event.
+    ttft: float | None = None
 
 
 @dataclass
@@ -82,22 +85,66 @@ class Target:
             raise BenchError(
                 f"{self.name}: /v1/responses answered {response.status_code}: {response.text[:300]}"
             )
-        data = response.json()
-        usage = data.get("usage") or {}
-        details = usage.get("input_tokens_details") or {}
-        replica = next(
-            (response.headers[h] for h in self.replica_headers if h in response.headers), None
-        )
-        return TurnResult(
-            id=str(data.get("id")),
-            latency=latency,
-            input_tokens=int(usage.get("input_tokens") or 0),
-            cached_tokens=int(details.get("cached_tokens") or 0),
-            output_tokens=int(usage.get("output_tokens") or 0),
-            output=[item for item in data.get("output") or [] if isinstance(item, dict)],
-            replica=replica,
-            status=str(data.get("status")),
-        )
+        return _result(response.json(), latency, self._replica(response.headers))
+
+    async def create_streamed(
+        self, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> TurnResult:
+        """The same create with ``stream: true``: timed to the first generated token (text,
+        function-call arguments or reasoning) and to the terminal event."""
+        started = time.perf_counter()
+        ttft: float | None = None
+        final: dict[str, Any] | None = None
+        try:
+            async with self.http.stream(
+                "POST", "/v1/responses", json={**body, "stream": True}, headers=headers
+            ) as response:
+                if response.status_code != 200:
+                    text = (await response.aread()).decode(errors="replace")
+                    raise BenchError(
+                        f"{self.name}: /v1/responses answered {response.status_code}: {text[:300]}"
+                    )
+                replica = self._replica(response.headers)
+                async for line in response.aiter_lines():
+                    data = line[5:].strip() if line.startswith("data:") else ""
+                    if not data.startswith("{"):
+                        continue  # blank lines, event names, a closing "[DONE]" (the peer's)
+                    event = json.loads(data)
+                    kind = str(event.get("type", ""))
+                    if ttft is None and kind.endswith(".delta"):
+                        ttft = time.perf_counter() - started
+                    if kind == "error":
+                        raise BenchError(f"{self.name}: error event: {line[:300]}")
+                    if kind in TERMINAL_EVENTS:
+                        final = event.get("response") or {}
+        except httpx.HTTPError as exc:
+            raise BenchError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        if final is None:
+            raise BenchError(f"{self.name}: the stream ended without a terminal event")
+        result = _result(final, time.perf_counter() - started, replica)
+        result.ttft = ttft
+        return result
+
+    def _replica(self, headers: httpx.Headers) -> str | None:
+        return next((headers[h] for h in self.replica_headers if h in headers), None)
+
+
+TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+
+def _result(data: dict[str, Any], latency: float, replica: str | None) -> TurnResult:
+    usage = data.get("usage") or {}
+    details = usage.get("input_tokens_details") or {}
+    return TurnResult(
+        id=str(data.get("id")),
+        latency=latency,
+        input_tokens=int(usage.get("input_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        output=[item for item in data.get("output") or [] if isinstance(item, dict)],
+        replica=replica,
+        status=str(data.get("status")),
+    )
 
 
 def message(role: str, text: str) -> dict[str, Any]:

@@ -424,6 +424,41 @@ def test_parallel_tool_calls(sim, client):
     assert [e.output_index for e in done] == [0, 1]
 
 
+def test_forced_tool_choice_makes_the_unscripted_model_call_that_tool(sim, client):
+    tools = [
+        {"type": "function", "name": "a", "parameters": {"type": "object"}},
+        {"type": "function", "name": "b", "parameters": {"type": "object"}},
+    ]
+    named = client.responses.create(
+        model=MODEL, input="q", tools=tools, tool_choice={"type": "function", "name": "b"}
+    )
+    assert [(o.type, o.name) for o in named.output] == [("function_call", "b")]
+    required = client.responses.create(model=MODEL, input="q", tools=tools, tool_choice="required")
+    assert [(o.type, o.name) for o in required.output] == [("function_call", "a")]
+    # "auto" leaves it to the model: the default echo answers in text.
+    auto = client.responses.create(model=MODEL, input="q", tools=tools, tool_choice="auto")
+    assert [o.type for o in auto.output] == ["message"]
+    # A scripted behavior still wins.
+    sim.push(Reply("scripted"))
+    r = client.responses.create(model=MODEL, input="q", tools=tools, tool_choice="required")
+    assert r.output_text == "scripted"
+
+
+@pytest.mark.parametrize(
+    "xargs", [{"agentic_context": {"program_id": "p"}}, {"k": [{"a": 1}]}, "text"], ids=repr
+)
+def test_vllm_xargs_take_scalars_only(sim, http, xargs):
+    r = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "vllm_xargs": xargs})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == 400
+
+
+def test_vllm_xargs_with_scalar_values_and_json_strings_are_accepted(sim, http):
+    xargs = {"agentic_context": '{"program_id": "p"}', "n": 1, "f": 0.5, "l": ["a", 2]}
+    r = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "vllm_xargs": xargs})
+    assert r.status_code == 200, r.text
+
+
 # --- failure behaviors ----------------------------------------------------------------
 
 

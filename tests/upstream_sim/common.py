@@ -72,6 +72,23 @@ def check_cache_salt(salt: str | None) -> None:
         )
 
 
+def check_vllm_xargs(body: Mapping[str, Any]) -> None:
+    """vLLM types ``vllm_xargs`` as ``dict[str, str | int | float | list[str | int | float]]``:
+    a nested object (say, a router hint sent as an object, not a JSON string) is a 400."""
+    xargs = body.get("vllm_xargs")
+    if xargs is None:
+        return
+    if not isinstance(xargs, dict):
+        raise schema_error("vllm_xargs: Input should be a valid dictionary")
+    scalar = (str, int, float)
+    for key, value in xargs.items():
+        ok = isinstance(value, scalar) or (
+            isinstance(value, list) and all(isinstance(v, scalar) for v in value)
+        )
+        if not ok:
+            raise schema_error(f"vllm_xargs.{key}: Input should be a valid string")
+
+
 def optional_int(body: Mapping[str, Any], name: str, minimum: int) -> int | None:
     value = body.get(name)
     if value is None:

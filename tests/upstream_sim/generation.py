@@ -11,9 +11,10 @@ text; a function call cut anywhere is dropped, as its JSON would be unparseable.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from . import tokenizer
-from .behaviors import Call, Content, Reply
+from .behaviors import Call, Content, Reply, ToolCalls
 from .render import PART_SEPARATOR, AssistantPart, Rendered, render_assistant_body
 from .state import SimConfig
 
@@ -50,6 +51,25 @@ def default_reply(rendered: Rendered, config: SimConfig) -> Reply:
         filler += 1
         pieces.extend([" ", f"w{filler}"])
     return Reply(tokenizer.detokenize(pieces[:wanted]))
+
+
+def forced_call(body: dict[str, Any]) -> ToolCalls | None:
+    """With ``tool_choice`` "required" or a named function, vLLM constrains decoding to a
+    call of that tool (of the first function tool for "required"), whatever the model
+    would have said: so does the unscripted simulator."""
+    choice = body.get("tool_choice")
+    names = [
+        tool.get("name")
+        for tool in body.get("tools") or []
+        if isinstance(tool, dict) and tool.get("type") == "function"
+    ]
+    if choice == "required" and names and isinstance(names[0], str):
+        return ToolCalls([Call(names[0])])
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        name = choice.get("name")
+        if isinstance(name, str) and name in names:
+            return ToolCalls([Call(name)])
+    return None
 
 
 def planned_parts(content: Content) -> list[GenPart]:

@@ -20,6 +20,7 @@ from .common import (
     cache_salt_shape,
     check_cache_salt,
     check_model,
+    check_vllm_xargs,
     chunk_text,
     new_id,
     optional_bool,
@@ -28,7 +29,7 @@ from .common import (
 )
 from .errors import SimHTTPError, schema_error
 from .exchange import Exchange, Runtime, StreamPlan
-from .generation import Generation, GenPart, default_reply
+from .generation import Generation, GenPart, default_reply, forced_call
 from .render import render_responses
 from .state import RecordedRequest, SimConfig
 from .unsupported_items import check_renderable
@@ -43,6 +44,7 @@ def _validate(body: Mapping[str, Any], config: SimConfig) -> str | None:
     salt = cache_salt_shape(body)
     optional_int(body, "max_output_tokens", 1)
     optional_bool(body, "stream")
+    check_vllm_xargs(body)
     check_model(body, config)
     if body.get("background"):
         raise SimHTTPError(
@@ -86,7 +88,7 @@ def prepare(
     requested = body.get("max_output_tokens")
     max_tokens = min(requested, room) if isinstance(requested, int) else room
 
-    behavior = next_behavior() or default_reply(rendered, config)
+    behavior = next_behavior() or forced_call(body) or default_reply(rendered, config)
     content = content_of(behavior) or default_reply(rendered, config)
     stream = bool(body.get("stream"))
     request_id = body.get("request_id")
