@@ -73,7 +73,8 @@ class AgentsConfig:
     # Stateful targets: one API key per agent, cycled. ``history``: the salt to send.
     api_keys: Sequence[str | None] = (None,)
     salt: str | None = None
-    # A failed turn is retried this often (same input) before the agent gives up.
+    # A failed turn (transport error, 5xx) is retried this often (same input) before the
+    # agent gives up; a 4xx ends the agent's session at once.
     retries: int = 0
     retry_delay: float = 1.0
     # GET path of the server's token account of a response (``{id}``), read with
@@ -249,7 +250,9 @@ async def _session(
                     result = await target.create(body, agent.headers())
             except BenchError as exc:
                 rows.append(_failed_row(agent, turn, attempt, begun, started, pause, exc))
-                if attempt == config.retries:
+                # A refusal of the request itself (4xx) would be refused again.
+                refused = exc.status is not None and 400 <= exc.status < 500
+                if attempt == config.retries or refused:
                     return rows
                 await asyncio.sleep(config.retry_delay)
                 continue

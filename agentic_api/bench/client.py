@@ -14,7 +14,12 @@ REPLICA_HEADERS = ("x-upstream-replica", "x-served-by", "x-worker-url", "x-vllm-
 
 
 class BenchError(Exception):
-    """A request of the benchmark failed; the run stops rather than report bad numbers."""
+    """A request of the benchmark failed; the run stops rather than report bad numbers.
+    ``status``: the HTTP status when the server answered one."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -83,7 +88,9 @@ class Target:
         latency = time.perf_counter() - started
         if response.status_code != 200:
             raise BenchError(
-                f"{self.name}: /v1/responses answered {response.status_code}: {response.text[:300]}"
+                f"{self.name}: /v1/responses answered {response.status_code}: "
+                f"{response.text[:300]}",
+                response.status_code,
             )
         return _result(response.json(), latency, self._replica(response.headers))
 
@@ -102,7 +109,8 @@ class Target:
                 if response.status_code != 200:
                     text = (await response.aread()).decode(errors="replace")
                     raise BenchError(
-                        f"{self.name}: /v1/responses answered {response.status_code}: {text[:300]}"
+                        f"{self.name}: /v1/responses answered {response.status_code}: {text[:300]}",
+                        response.status_code,
                     )
                 replica = self._replica(response.headers)
                 async for line in response.aiter_lines():

@@ -238,6 +238,21 @@ def test_a_failed_turn_is_recorded_and_retried(sim: SimServer) -> None:
     assert result["turns_served"] == 4
 
 
+def test_a_refused_turn_is_not_retried_and_ends_that_session(sim: SimServer) -> None:
+    sim.push(Fail(400, message="prompt too long"))
+    config = AgentsConfig(
+        model=sim.config.model,
+        agents=1,
+        turns=3,
+        chain="history",
+        retries=3,
+        **FAST,  # type: ignore[arg-type]
+    )
+    rows = run(Target("d", sim.url, False), config)
+    assert [(r["turn"], r["status"]) for r in rows] == [(1, "error")]
+    assert summarize(rows, config)["sessions_completed"] == 0
+
+
 def test_cli_runs_write_csv_json_svg_and_compare_in_a_report(tmp_path: Path) -> None:
     runner = CliRunner()
     with SimServer(replica="sim-a", block_size=32) as upstream:

