@@ -155,7 +155,11 @@ class Agent:
         assert self.last is not None
         calls = [item for item in self.last.output if item.get("type") == "function_call"]
         if not calls:
-            return [message("user", f"{head} No tool was called. Continue with the task.")]
+            # The model answered in text (tool_choice auto, or a model that cannot call):
+            # the client still works for the pause and reports, so prompts grow as in a
+            # tool loop whatever the model did.
+            report = filler_text(config.tool_output_words, f"out-{config.seed}-{self.index}-{turn}")
+            return [message("user", f"{head} No tool was called; the step ran anyway: {report}")]
         return [
             {
                 "type": "function_call_output",

@@ -66,10 +66,22 @@ def main(argv: list[str]) -> int:
         "program_hints_seen": sum(1 for r in rows if r.get("program")),
     }
     write_run(json_path.parent, json_path.stem, rows, result)
-    print(json.dumps({**result["attribution"], **{
-        k: result["summary"][k]
-        for k in ("warm_returns", "continuations", "moved_replica", "evicted_while_paused")
-    }}))
+    print(
+        json.dumps(
+            {
+                **result["attribution"],
+                **{
+                    k: result["summary"][k]
+                    for k in (
+                        "warm_returns",
+                        "continuations",
+                        "moved_replica",
+                        "evicted_while_paused",
+                    )
+                },
+            }
+        )
+    )
     return 0
 
 

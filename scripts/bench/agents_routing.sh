@@ -15,8 +15,11 @@
 # Environment (defaults in brackets):
 #   UPSTREAM     vllm | sim (the simulator with a block-capacity LRU: a fast dry run) [vllm]
 #   RUNS         space-separated run names, from the list in `spec` below [all]
-#   AGENTS TURNS TOOL_SECONDS THINK_SECONDS   workload [4 4 6 0.2]
-#   SYSTEM_WORDS TASK_WORDS OUTPUT_WORDS MAX_OUTPUT   prompt sizes [150 40 30 48]
+#   AGENTS TURNS TOOL_SECONDS THINK_SECONDS   workload [5 3 5 0.2] (restart runs: TURNS+2)
+#   SYSTEM_WORDS TASK_WORDS OUTPUT_WORDS MAX_OUTPUT   prompt sizes [150 180 20 24]
+#   TOOL_CHOICE  [auto]: the tiny random model cannot finish a forced call (vLLM 0.32's hermes
+#                grammar lets it emit whitespace inside the arguments until max tokens), so it
+#                answers in text and the bench reports the step as a user message instead
 #   KV_BYTES     each replica's KV cache (--kv-cache-memory-bytes; VLLM_CPU_KVCACHE_SPACE is
 #                unset, it would override the flag) [2621440 = 2,560 tokens of the tiny model]
 #   SIM_BLOCKS   the simulator's capacity in blocks, UPSTREAM=sim [80]
@@ -29,9 +32,10 @@ cd "$(dirname "$0")/../.."
 
 OUT=${1:-docs/benchmarks/agents_routing}
 UPSTREAM=${UPSTREAM:-vllm}
-AGENTS=${AGENTS:-4} TURNS=${TURNS:-4} TOOL_SECONDS=${TOOL_SECONDS:-6} THINK_SECONDS=${THINK_SECONDS:-0.2}
-SYSTEM_WORDS=${SYSTEM_WORDS:-150} TASK_WORDS=${TASK_WORDS:-40} OUTPUT_WORDS=${OUTPUT_WORDS:-30}
-MAX_OUTPUT=${MAX_OUTPUT:-48}
+AGENTS=${AGENTS:-5} TURNS=${TURNS:-3} TOOL_SECONDS=${TOOL_SECONDS:-5} THINK_SECONDS=${THINK_SECONDS:-0.2}
+SYSTEM_WORDS=${SYSTEM_WORDS:-150} TASK_WORDS=${TASK_WORDS:-180} OUTPUT_WORDS=${OUTPUT_WORDS:-20}
+MAX_OUTPUT=${MAX_OUTPUT:-24}
+TOOL_CHOICE=${TOOL_CHOICE:-auto}
 KV_BYTES=${KV_BYTES:-2621440} SIM_BLOCKS=${SIM_BLOCKS:-80}
 RESTART_AT=${RESTART_AT:-10} TTL=${TTL:-20}
 BASE=${BASE_PORT:-19900}
@@ -169,6 +173,7 @@ for RUN in $RUNS; do
     --agents "$AGENTS" --turns "$turns" --tool-seconds "$TOOL_SECONDS"
     --think-seconds "$THINK_SECONDS" --system-words "$SYSTEM_WORDS" --task-words "$TASK_WORDS"
     --tool-output-words "$OUTPUT_WORDS" --max-output-tokens "$MAX_OUTPUT" --stream
+    --tool-choice "$TOOL_CHOICE"
     --retries 20 --retry-delay 3 --seed 1 --nonce "$NONCE" --label "$RUN"
     --out "$OUT" --name "$RUN")
   echo "${command[*]}" | sed "s/$key/\$KEY/" >>"$OUT/commands.txt"

@@ -219,6 +219,26 @@ def _no_ids(item: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in item.items() if k not in ("id", "call_id")}
 
 
+def test_a_model_that_answers_in_text_still_gets_the_step_reported(sim: SimServer) -> None:
+    config = AgentsConfig(
+        model=sim.config.model,
+        agents=1,
+        turns=2,
+        chain="history",
+        tool_choice="auto",
+        **FAST,  # type: ignore[arg-type]
+    )
+    rows = run(Target("d", sim.url, False), config)
+    assert [r["tool_calls"] for r in rows] == [0, 0]
+    assert summarize(rows, config)["turns_without_tool_call"] == 2
+    second = generation_requests(sim)[-1]
+    assert second["tool_choice"] == "auto"
+    newest = second["input"][-1]
+    # The prompt grows as in a tool loop: the client's report of the step it ran.
+    assert newest["role"] == "user" and "No tool was called" in newest["content"]
+    assert len(newest["content"].split()) >= config.tool_output_words
+
+
 def test_a_failed_turn_is_recorded_and_retried(sim: SimServer) -> None:
     sim.push(Fail(503, message="engine restarting"))
     config = AgentsConfig(
