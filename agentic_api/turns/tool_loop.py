@@ -52,8 +52,6 @@ from agentic_api.turns.finish import (
 )
 from agentic_api.turns.prepare import PreparedTurn
 from agentic_api.turns.relay import StreamRelay
-
-from agentic_api.turns.token_plan import TOKEN_IDS_FIELD
 from agentic_api.turns.render import (
     add_agentic_context,
     agentic_context_of,
@@ -61,6 +59,7 @@ from agentic_api.turns.render import (
     streams_upstream,
     upstream_fields,
 )
+from agentic_api.turns.token_plan import TOKEN_IDS_FIELD
 from agentic_api.turns.tool_events import GatewayEvents
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire import mcp as wire
