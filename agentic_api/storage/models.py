@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from agentic_api.storage.types import JsonDocument, UtcDateTime, utcnow
+from agentic_api.storage.types import JsonDocument, QueryableJsonDocument, UtcDateTime, utcnow
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -82,7 +82,9 @@ class Conversation(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JsonDocument, default=dict)
+    metadata_: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", QueryableJsonDocument, default=dict
+    )
     # Position the next appended item takes; positions never repeat, so order has no gaps
     # within one append and deletions never reorder what remains.
     next_position: Mapped[int] = mapped_column(Integer, default=0)

@@ -32,8 +32,13 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
-# JSON documents we query only as a whole; JSONB on PostgreSQL for compact storage.
-JsonDocument = JSON().with_variant(JSONB(), "postgresql")
+# JSON documents stored and read as a whole: JSON text on both databases. PostgreSQL's
+# json type keeps the text as given, so a NUL (the escape \u0000) that the client sent or
+# the model said round-trips; JSONB refuses it (migration 0003_hardening).
+JsonDocument = JSON()
+# Documents the database filters on (conversation metadata, in admin queries): JSONB on
+# PostgreSQL; their strings are refused NUL before anything is stored (wire/metadata.py).
+QueryableJsonDocument = JSON().with_variant(JSONB(), "postgresql")
 
 
 def utcnow() -> datetime:

@@ -7,7 +7,9 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+from agentic_api.wire.storable import NUL
 
 from agentic_api.wire.residency import TurnResidency
 from agentic_api.wire.token_account import TokenAccountView
@@ -60,15 +62,31 @@ def hit_ratio(input_tokens: int | None, cached_tokens: int | None) -> float | No
 # -- tenants and keys -------------------------------------------------------------------
 
 
+def _storable_name(value: str | None) -> str | None:
+    # Names are plain string columns, which cannot hold NUL on PostgreSQL.
+    if value is not None and NUL in value:
+        raise ValueError("must not contain the NUL character (U+0000)")
+    return value
+
+
 class CreateTenantRequest(BaseModel):
-    name: str = Field(min_length=1, max_length=200, description="Unique tenant name.")
+    name: str = Field(min_length=1, max_length=200, strict=True, description="Unique tenant name.")
     key_name: str | None = Field(
-        default=None, max_length=200, description="Label for the tenant's first API key."
+        default=None,
+        max_length=200,
+        strict=True,
+        description="Label for the tenant's first API key.",
     )
+
+    _names = field_validator("name", "key_name")(_storable_name)
 
 
 class CreateApiKeyRequest(BaseModel):
-    name: str | None = Field(default=None, max_length=200, description="Label for the key.")
+    name: str | None = Field(
+        default=None, max_length=200, strict=True, description="Label for the key."
+    )
+
+    _names = field_validator("name")(_storable_name)
 
 
 class AdminTenant(BaseModel):

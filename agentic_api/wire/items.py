@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 
 from agentic_api.errors import InvalidRequest
-from agentic_api.wire.limits import MAX_ITEM_TYPE_LENGTH
+from agentic_api.wire.limits import MAX_ID_LENGTH, MAX_ITEM_TYPE_LENGTH
+from agentic_api.wire.storable import check_no_nul
 from lineage import IdKind, canonical_json, mint_id
 
 _KIND_BY_TYPE = {
@@ -92,10 +93,9 @@ def _check_item(raw: Any, param: str) -> dict[str, Any]:
             param=f"{param}.type",
             code="invalid_type",
         )
-    if "id" in raw and raw["id"] is not None and not isinstance(raw["id"], str):
-        raise InvalidRequest(
-            f"'{param}.id' must be a string.", param=f"{param}.id", code="invalid_type"
-        )
+    check_no_nul(item_type, f"{param}.type")
+    if "id" in raw and raw["id"] is not None:
+        _check_item_id(raw["id"], f"{param}.id")
     if item_type == "message":
         _check_message(raw, param)
     elif item_type in ("function_call_output", "function_call") and (
@@ -116,6 +116,19 @@ def _check_item(raw: Any, param: str) -> dict[str, Any]:
         raw = {k: v for k, v in raw.items() if k != "id"}
     checked: dict[str, Any] = raw
     return checked
+
+
+def _check_item_id(value: Any, param: str) -> None:
+    # An item id is a column of its own (response_items, conversation_items).
+    if not isinstance(value, str):
+        raise InvalidRequest(f"'{param}' must be a string.", param=param, code="invalid_type")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidRequest(
+            f"'{param}' may be at most {MAX_ID_LENGTH} characters, got {len(value)}.",
+            param=param,
+            code="invalid_value",
+        )
+    check_no_nul(value, param)
 
 
 def _check_message(raw: dict[str, Any], param: str) -> None:

@@ -10,6 +10,7 @@ from agentic_api.wire.limits import (
     MAX_METADATA_PAIRS,
     MAX_METADATA_VALUE_LENGTH,
 )
+from agentic_api.wire.storable import check_no_nul
 
 
 def check_metadata(value: Any, param: str = "metadata") -> dict[str, str] | None:
@@ -38,4 +39,8 @@ def check_metadata(value: Any, param: str = "metadata") -> dict[str, str] | None
                 param=f"{param}.{key}",
                 code="metadata_too_large",
             )
+        # Metadata is filtered on by the database (admin queries): a JSONB column, which
+        # cannot hold NUL.
+        check_no_nul(key, param)
+        check_no_nul(item, f"{param}.{key}")
     return dict(value)

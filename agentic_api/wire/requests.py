@@ -6,18 +6,28 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.wire.limits import (
     MAX_ID_LENGTH,
     MAX_INCLUDE_ENTRIES,
     MAX_INPUT_ITEMS,
+    MAX_INTEGER,
     MAX_MODEL_LENGTH,
     MAX_PROMPT_CACHE_KEY_LENGTH,
     MAX_TOOLS,
 )
 from agentic_api.wire.metadata import check_metadata
+from agentic_api.wire.storable import check_depth, check_no_nul, too_deep
 
 # Fields that shape our own behaviour and never travel upstream as given.
 SERVER_FIELDS = frozenset(
@@ -47,32 +57,43 @@ class CreateResponseRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1, max_length=MAX_MODEL_LENGTH)
-    input: str | list[Any]
-    instructions: str | list[Any] | None = None
-    previous_response_id: str | None = Field(None, min_length=1, max_length=MAX_ID_LENGTH)
+    # strict: OpenAI refuses "yes" for a boolean and "1" for a number, and so do we
+    # (pydantic would coerce them, and "store": "no" would silently mean true).
+    model: str = Field(min_length=1, max_length=MAX_MODEL_LENGTH, strict=True)
+    input: StrictStr | list[Any]
+    instructions: StrictStr | list[Any] | None = None
+    previous_response_id: str | None = Field(
+        None, min_length=1, max_length=MAX_ID_LENGTH, strict=True
+    )
     conversation: str | ConversationRef | None = None
-    store: bool = True
-    stream: bool = False
+    store: bool = Field(True, strict=True)
+    stream: bool = Field(False, strict=True)
     stream_options: dict[str, Any] | None = None
-    background: bool = False
+    background: bool = Field(False, strict=True)
     tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS)
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
-    max_tool_calls: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    tool_choice: StrictStr | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = Field(None, strict=True)
+    max_output_tokens: int | None = Field(None, ge=1, le=MAX_INTEGER, strict=True)
+    max_tool_calls: int | None = Field(None, ge=1, le=MAX_INTEGER, strict=True)
+    temperature: float | None = Field(None, ge=0, le=2, strict=True)
+    top_p: float | None = Field(None, ge=0, le=1, strict=True)
+    top_logprobs: int | None = Field(None, ge=0, le=20, strict=True)
     text: dict[str, Any] | None = None
     reasoning: dict[str, Any] | None = None
     truncation: Literal["auto", "disabled"] | None = None
     include: list[str] | None = Field(None, max_length=MAX_INCLUDE_ENTRIES)
     metadata: dict[str, Any] | None = None
-    prompt_cache_key: str | None = Field(None, max_length=MAX_PROMPT_CACHE_KEY_LENGTH)
-    user: str | None = None
-    safety_identifier: str | None = None
-    service_tier: str | None = None
+    prompt_cache_key: str | None = Field(None, max_length=MAX_PROMPT_CACHE_KEY_LENGTH, strict=True)
+    user: str | None = Field(None, strict=True)
+    safety_identifier: str | None = Field(None, strict=True)
+    service_tier: str | None = Field(None, strict=True)
+
+    @field_validator("model", "previous_response_id")
+    @classmethod
+    def _storable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None:
+            check_no_nul(value, str(info.field_name))
+        return value
 
     @field_validator("input")
     @classmethod
@@ -94,6 +115,8 @@ class CreateResponseRequest(BaseModel):
             raise ValueError(
                 f'give a conversation id (1 to {MAX_ID_LENGTH} characters) or {{"id": id}}'
             )
+        if isinstance(conversation_id, str) and "\x00" in conversation_id:
+            raise ValueError("a conversation id must not contain the NUL character (U+0000)")
         return value
 
     @field_validator("metadata")
@@ -131,11 +154,15 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):
+            # orjson itself stops past 1,024 levels: the same refusal as ours.
+            raise too_deep() from exc
         raise InvalidRequest(
             f"The request body is not valid JSON: {exc}", code="invalid_json"
         ) from exc
     if not isinstance(data, dict):
         raise InvalidRequest("The request body must be a JSON object.", code="invalid_json")
+    check_depth(data)
     return data
 
 
@@ -152,9 +179,10 @@ def validation_failure(exc: ValidationError) -> ApiError:
             code="missing_required_parameter",
         )
     message = first.get("msg", "invalid value")
-    return InvalidRequest(
-        f"Invalid value for '{param}': {message}", param=param, code="invalid_value"
-    )
+    # pydantic names type mismatches "bool_type", "int_type", "string_type", ...
+    kind = str(first.get("type", ""))
+    code = "invalid_type" if kind.endswith("_type") else "invalid_value"
+    return InvalidRequest(f"Invalid value for '{param}': {message}", param=param, code=code)
 
 
 def parse_create_request(raw: bytes) -> tuple[CreateResponseRequest, dict[str, Any]]:

@@ -59,6 +59,7 @@ from agentic_api.wire.limits import (
     MAX_METADATA_PAIRS,
     MAX_METADATA_VALUE_LENGTH,
     MAX_MODEL_LENGTH,
+    MAX_UNIX_SECONDS,
 )
 from agentic_api.wire.timeline import present_chain, present_timeline, present_tree
 from agentic_api.wire.token_account import account_view
@@ -89,7 +90,9 @@ router = APIRouter(
 
 After = Annotated[str | None, Query(description="Cursor: the last id of the previous page.")]
 Limit = Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT, description="Page size, 1-100.")]
-UnixTime = Annotated[int | None, Query(ge=0, description="Unix seconds.")]
+UnixTime = Annotated[
+    int | None, Query(ge=0, le=MAX_UNIX_SECONDS, description="Unix seconds (to year 9999).")
+]
 
 
 def _at(seconds: int | None) -> datetime | None:

@@ -28,7 +28,7 @@ from agentic_api.turns.prepare import Caller, prepare_turn
 from agentic_api.turns.rebuilt_events import rebuild_events
 from agentic_api.turns.render import agentic_context_of
 from agentic_api.turns.run import TurnFailed, run_turn
-from agentic_api.wire.limits import MAX_LIST_LIMIT
+from agentic_api.wire.limits import MAX_INTEGER, MAX_LIST_LIMIT
 from agentic_api.wire.listing import present_item
 from agentic_api.wire.requests import CreateResponseRequest, parse_create_request
 from agentic_api.wire.status import TERMINAL_STATUSES
@@ -134,7 +134,7 @@ async def retrieve_response(
     request: Request,
     tenant: Tenant,
     stream: bool = False,
-    starting_after: Annotated[int | None, Query(ge=-1)] = None,
+    starting_after: Annotated[int | None, Query(ge=-1, le=MAX_INTEGER)] = None,
     include: Annotated[list[str] | None, Query(alias="include[]")] = None,
 ) -> Response:
     services = services_of(request)

@@ -5,7 +5,7 @@ context, events, result wrapping — costs far more than a small statement itsel
 ``storage/turn_store/store.py``). A ``CompiledStatement`` keeps what matters of it: the SQL for
 one dialect, and each value's conversion by its column type's implementation for that
 dialect (SQLite's DATETIME text, the JSON encoder configured on the engine, PostgreSQL's
-JSONB), so rows written or read this way are the ones SQLAlchemy would write or read.
+json), so rows written or read this way are the ones SQLAlchemy would write or read.
 """
 
 from __future__ import annotations
