@@ -20,7 +20,13 @@ from agentic_api.cache.residency.tracker import ResidencyTracker
 from agentic_api.http.auth import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
-from agentic_api.http.middleware import BodyMiddleware, RequestContextMiddleware
+from agentic_api.http.middleware import (
+    BodyMiddleware,
+    RequestContextMiddleware,
+    UnhandledErrorMiddleware,
+    UrlMiddleware,
+)
+from agentic_api.http.openapi import install_openapi
 from agentic_api.http.routes import (
     admin,
     compact,
@@ -211,7 +217,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(metrics.router)
     # Outermost last: the request id wraps everything, including 413s from the body check;
     # a turn's create is then served without the router (http/hot_route.py).
+    install_openapi(app)
     app.add_middleware(HotRouteMiddleware, route=find_route(responses.router.routes))
     app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(UrlMiddleware)
+    # Inside the request id (the 500 carries it and is logged as one), outside the rest.
+    app.add_middleware(UnhandledErrorMiddleware)
     app.add_middleware(RequestContextMiddleware)
     return app

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response
+from starlette.routing import Match, Route
 
 from agentic_api.errors import ApiError
 from agentic_api.http.json_response import JsonResponse
@@ -82,19 +83,35 @@ def install_error_handlers(app: FastAPI) -> None:
         message = str(exc.detail) if exc.detail else "request failed"
         if status == 404:
             message = f"Unknown route: {request.method} {request.url.path}"
-        elif status == 405:
+        headers = dict(exc.headers or {})
+        if status == 405:
             message = f"Method {request.method} is not allowed on {request.url.path}"
+            # The router names only the first route whose path matched; a path served by
+            # several routes (GET, POST and DELETE of one conversation) allows them all.
+            headers["Allow"] = ", ".join(allowed_methods(request))
         error = ApiError(
             message,
             code=_STATUS_CODES.get(status),
             status_code=status,
             error_type="invalid_request_error" if status < 500 else "server_error",
         )
-        return error_response(error, headers=dict(exc.headers or {}), path=request.url.path)
+        return error_response(error, headers=headers, path=request.url.path)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         return unexpected_error_response(request)
+
+
+def allowed_methods(request: StarletteRequest) -> list[str]:
+    """Every HTTP method some route serves on the request's path."""
+    methods: set[str] = set()
+    scope = {**request.scope, "type": "http"}
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(scope)
+            if match is not Match.NONE:
+                methods |= route.methods
+    return sorted(methods)
 
 
 def unexpected_error_response(request: StarletteRequest) -> Response:

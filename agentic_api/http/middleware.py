@@ -11,10 +11,11 @@ from typing import Any
 import orjson
 import structlog
 import zstandard
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge
-from agentic_api.http.errors import error_body
+from agentic_api.http.errors import error_body, unexpected_error_response
 from agentic_api.log import get_logger
 from agentic_api.metrics import observe_request
 from lineage import mint_id
@@ -79,6 +80,64 @@ def route_template(scope: Scope) -> str:
     """The matched route's path template (bounded label values), or ``unmatched``."""
     path = getattr(scope.get("route"), "path", None)
     return path if isinstance(path, str) else "unmatched"
+
+
+class UnhandledErrorMiddleware:
+    """Answers 500 for an exception no handler took, and keeps the connection usable.
+
+    Starlette's outermost error handler sends its 500 and then re-raises, and the server
+    drops the keep-alive connection without ``Connection: close``: a client's next
+    request on it fails. Caught here, inside the request-id middleware, the 500 is an
+    ordinary response. An exception after the response started (a stream cut short) is
+    re-raised: the server must close that connection, the body being incomplete.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception:
+            if started:
+                raise
+            await unexpected_error_response(Request(scope))(scope, receive, send)
+
+
+class UrlMiddleware:
+    """Refuses a path or query string that carries NUL (``%00``) with a 400, before
+    routing: no id, cursor or filter can contain it, and PostgreSQL refuses it as a
+    statement parameter (an unhandled 500 otherwise)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (
+            "\x00" in scope["path"] or b"%00" in scope.get("query_string", b"")
+        ):
+            where = "path" if "\x00" in scope["path"] else "query"
+            await _send_error(
+                send,
+                InvalidRequest(
+                    f"The request {where} must not contain the NUL character (%00).",
+                    code="invalid_value",
+                ),
+                scope["path"],
+            )
+            return
+        await self.app(scope, receive, send)
 
 
 class BodyMiddleware:
