@@ -10,16 +10,19 @@ from typing import Any, NoReturn
 
 import orjson
 
-from agentic_api.errors import ApiError, UpstreamError
+from agentic_api.errors import ApiError, Conflict, NotFound, UpstreamError
 from agentic_api.log import get_logger
 from agentic_api.services import Services
+from agentic_api.storage.errors import nothing_written
 from agentic_api.turns.commit import commit_turn
 from agentic_api.turns.prepare import PreparedTurn
 from agentic_api.turns.relay import StreamRelay
+from agentic_api.turns.token_plan import TokenRecord
 from agentic_api.turns.tokens import after_commit, cancel_parent_read, settle_tokens
 from agentic_api.upstream.sse import SseEvent
 from agentic_api.wire.items import Item
 from agentic_api.wire.response_object import finish_response
+from agentic_api.wire.upstream_answer import EventCheck, final_problem
 
 log = get_logger("agentic_api.turns.run")
 
@@ -42,6 +45,7 @@ async def pump(
 ) -> ApiError | None:
     """Feeds each decoded upstream event to ``handle`` until the upstream's terminal
     event or error (which the relay keeps); returns the transport's failure, if any."""
+    check = EventCheck()
     try:
         async for sse in upstream_events:
             if sse.data == "[DONE]":
@@ -49,15 +53,27 @@ async def pump(
             try:
                 parsed = orjson.loads(sse.data)
             except orjson.JSONDecodeError:
-                return UpstreamError("The model server sent an undecodable event.")
-            if not isinstance(parsed, dict):
-                continue
+                return invalid_answer("an event is not valid JSON")
+            problem = check.problem(parsed)
+            if problem is not None:
+                return invalid_answer(problem)
             handle(parsed)
             if relay.upstream_final is not None or relay.upstream_error is not None:
                 break
     except ApiError as exc:
         return exc
     return None
+
+
+def invalid_answer(problem: str) -> ApiError:
+    """The model server's answer is not a well-formed response: the turn fails (and is
+    stored as failed), it never becomes a checkpoint."""
+    # The problem may quote what the upstream sent: keep it short.
+    shown = problem if len(problem) <= 300 else problem[:300] + "…"
+    return UpstreamError(
+        f"The model server's answer is not a valid response: {shown}.",
+        code="upstream_invalid_response",
+    )
 
 
 def upstream_outcome_error(relay: StreamRelay) -> ApiError | None:
@@ -70,6 +86,9 @@ def upstream_outcome_error(relay: StreamRelay) -> ApiError | None:
             "The model server's stream ended before the response was complete.",
             code="upstream_stream_interrupted",
         )
+    problem = final_problem(final)
+    if problem is not None:
+        return invalid_answer(problem)
     if final.get("status") == "failed":
         error = final.get("error") or {}
         message = error.get("message") if isinstance(error, dict) else None
@@ -105,35 +124,61 @@ async def complete_turn(
     terminal = relay.stamp({"type": f"response.{status}", "response": final})
     tokens = await settle_tokens(services, turn, relay, model_output)
     if turn.request.store:
+        stored_events = [*events, terminal] if turn.records_events else None
+        try:
+            await _commit_retrying_once(services, turn, final, model_output, stored_events, tokens)
+        except (Conflict, NotFound) as refused:
+            # A typed refusal (a conversation that moved on or was deleted, an
+            # Idempotency-Key taken over) reaches the client as it is; the transaction
+            # rolled back, so nothing was stored.
+            log.warning("commit refused", response_id=turn.response_id, code=refused.code)
+            emit(relay.stamp(error_event(refused)))
+            raise
+        except Exception as exc:
+            # The database itself failed (our checks ran before the model did). The
+            # model's work is lost, but the client can see that it was: the turn is
+            # stored as failed, with the Idempotency-Key's outcome, so a retry with the
+            # key replays the failure instead of running the model again.
+            log.exception("commit failed", response_id=turn.response_id)
+            lost = ApiError(
+                "The response could not be saved; it was stored as failed and cannot be "
+                f"continued ({type(exc).__name__}).",
+                status_code=500,
+                code="commit_failed",
+            )
+            await fail_turn(services, turn, relay, emit, events, lost)
+    turn.model_output = list(model_output)
+    emit(terminal)
+    after_commit(services, turn, tokens)
+    return final
+
+
+async def _commit_retrying_once(
+    services: Services,
+    turn: PreparedTurn,
+    final: dict[str, Any],
+    model_output: Sequence[Item],
+    events: list[dict[str, Any]] | None,
+    tokens: TokenRecord | None,
+) -> None:
+    """Commits the turn; a failure that proves nothing was written (a lock never granted,
+    a transaction the database aborted) is retried once."""
+    for attempt in (1, 2):
         try:
             await commit_turn(
                 services.db,
                 turn,
                 final,
                 model_output,
-                [*events, terminal] if turn.records_events else None,
+                events,
                 histories=services.histories,
                 tokens=tokens,
             )
-        except ApiError as refused:
-            # A typed refusal (a conversation that moved on, a busy database) reaches the
-            # client as it is; the transaction rolled back, so nothing was stored.
-            log.warning("commit refused", response_id=turn.response_id, code=refused.code)
-            emit(relay.stamp(error_event(refused)))
-            raise
+            return
         except Exception as exc:
-            log.exception("commit failed", response_id=turn.response_id)
-            error = ApiError(
-                "The response could not be saved; it was not stored and cannot be continued.",
-                status_code=500,
-                code="commit_failed",
-            )
-            emit(relay.stamp(error_event(error)))
-            raise error from exc
-    turn.model_output = list(model_output)
-    emit(terminal)
-    after_commit(services, turn, tokens)
-    return final
+            if attempt == 2 or not nothing_written(exc):
+                raise
+            log.warning("commit retried", response_id=turn.response_id, reason=type(exc).__name__)
 
 
 async def fail_turn(

@@ -17,7 +17,7 @@ import orjson
 from multidict import CIMultiDictProxy
 
 from agentic_api.errors import ApiError
-from agentic_api.upstream.errors import from_status, from_transport
+from agentic_api.upstream.errors import UpstreamInvalidAnswer, from_status, from_transport
 from agentic_api.upstream.sse import SseEvent, parse_sse, split_lines
 
 # Idle connections are dropped before a typical server would (uvicorn, which vLLM runs
@@ -119,7 +119,10 @@ class UpstreamClient:
         )
         if status != 200:
             raise from_status(status, answer)
-        return _json_object(answer)
+        try:
+            return _json_object(answer)
+        except ApiError as exc:
+            raise UpstreamInvalidAnswer(exc.message) from exc
 
     async def render_response(self, body: bytes, headers: Mapping[str, str]) -> list[int]:
         """The prompt token ids vLLM would prefill for a /v1/responses body, from its

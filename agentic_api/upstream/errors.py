@@ -14,6 +14,13 @@ class UpstreamInterrupted(UpstreamError):
     """The request reached the upstream, and the answer was lost (not a refusal)."""
 
 
+class UpstreamInvalidAnswer(UpstreamInterrupted):
+    """The request reached the upstream, and what came back is not a response: the model
+    ran, so the turn is a stored failure (never a checkpoint), not a plain refusal."""
+
+    code = "upstream_invalid_response"
+
+
 # Failures that happen before a byte of the request can have reached the upstream.
 _BEFORE_SENDING = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 

@@ -6,7 +6,7 @@ Messages API, with ``/v1/messages/count_tokens``), ``/v1/models``, ``/health`` a
 observe: wire shapes, error bodies, ``cache_salt`` validation, and ``cached_tokens``
 from a block-level prefix-cache model over a deterministic toy tokenizer. Tests script
 what the "model" does next (``Reply``, ``ToolCalls``, ``Fail``, ``Disconnect``,
-``Hang``, ``StreamError``) and read back every request exactly as it arrived.
+``Hang``, ``StreamError``, ``Malformed``) and read back every request exactly as it arrived.
 
     with SimServer(model="m", block_size=16) as sim:
         sim.push(Reply("hello"))
@@ -20,6 +20,7 @@ from .behaviors import (
     Disconnect,
     Fail,
     Hang,
+    Malformed,
     Reply,
     StreamError,
     ToolCalls,
@@ -41,6 +42,7 @@ __all__ = [
     "Fail",
     "Hang",
     "Headers",
+    "Malformed",
     "PrefixCache",
     "RecordedRequest",
     "Reply",

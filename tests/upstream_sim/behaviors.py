@@ -131,7 +131,32 @@ class StreamError:
     event_delay: float = 0.0
 
 
-Behavior: TypeAlias = Reply | ToolCalls | Fail | Disconnect | Hang | StreamError
+@dataclass(frozen=True, init=False)
+class Malformed:
+    """A 200 answer that is not a well-formed response, as a broken upstream or a proxy in
+    front of one might send. Non-streaming: ``body`` as the JSON answer (bytes or str sent
+    as they are, anything else JSON-encoded). Streaming: ``events`` as SSE frames (a dict
+    JSON-encoded, a str sent verbatim as the frame's data), then the stream ends."""
+
+    body: Any
+    events: tuple[Any, ...]
+    delay: float
+    event_delay: float
+
+    def __init__(
+        self,
+        body: Any = None,
+        events: Sequence[Any] = (),
+        delay: float = 0.0,
+        event_delay: float = 0.0,
+    ) -> None:
+        object.__setattr__(self, "body", body)
+        object.__setattr__(self, "events", tuple(events))
+        object.__setattr__(self, "delay", delay)
+        object.__setattr__(self, "event_delay", event_delay)
+
+
+Behavior: TypeAlias = Reply | ToolCalls | Fail | Disconnect | Hang | StreamError | Malformed
 
 
 def content_of(behavior: Behavior) -> Content | None:
@@ -161,7 +186,8 @@ def _content_from_json(data: Mapping[str, Any] | None) -> Content | None:
 
 def behavior_from_json(data: Mapping[str, Any]) -> Behavior:
     """Build a behavior from ``{"kind": "reply" | "tool_calls" | "fail" | "disconnect"
-    | "hang" | "stream_error", ...fields}``; nested ``reply`` and ``calls`` likewise."""
+    | "hang" | "stream_error" | "malformed", ...fields}``; nested ``reply`` and ``calls``
+    likewise."""
     fields_ = {k: v for k, v in data.items() if k != "kind"}
     kind = data.get("kind")
     if kind == "reply":
@@ -171,6 +197,8 @@ def behavior_from_json(data: Mapping[str, Any]) -> Behavior:
         return ToolCalls(calls=calls, **fields_)
     if kind == "fail":
         return Fail(**fields_)
+    if kind == "malformed":
+        return Malformed(**fields_)
     if kind in ("disconnect", "hang", "stream_error"):
         reply = _content_from_json(fields_.pop("reply", None))
         if kind == "disconnect":

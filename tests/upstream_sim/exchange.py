@@ -18,7 +18,16 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .behaviors import Behavior, Content, Disconnect, Fail, Hang, StreamError, event_delay_of
+from .behaviors import (
+    Behavior,
+    Content,
+    Disconnect,
+    Fail,
+    Hang,
+    Malformed,
+    StreamError,
+    event_delay_of,
+)
 from .errors import error_bytes, internal_error_type
 from .generation import Generation, generate
 from .kv_events import reports_reuse, session_of
@@ -56,6 +65,12 @@ StreamRenderer = Callable[[Generation, int], StreamPlan]
 
 JSON_HEADERS = {"content-type": "application/json"}
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
+
+
+def _raw_json(body: object) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    return body.encode() if isinstance(body, str) else orjson.dumps(body)
 
 
 def _raw_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
@@ -167,6 +182,10 @@ class Exchange(Response):
 
     async def _play_json(self, send: Send, cached: int) -> None:
         behavior = self.behavior
+        if isinstance(behavior, Malformed):
+            self.state.finish(self.rec, "malformed", status=200)
+            await send_bytes(send, 200, _raw_json(behavior.body), JSON_HEADERS)
+            return
         if isinstance(behavior, Disconnect):
             await self._drop_connection()
             return
@@ -187,6 +206,21 @@ class Exchange(Response):
 
     async def _play_stream(self, send: Send, cached: int) -> None:
         behavior = self.behavior
+        if isinstance(behavior, Malformed):
+            for index, event in enumerate(behavior.events):
+                if index and behavior.event_delay:
+                    await asyncio.sleep(behavior.event_delay)
+                data = event.encode() if isinstance(event, str) else orjson.dumps(event)
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b"data: " + data + b"\n\n",
+                        "more_body": True,
+                    }
+                )
+            self.state.finish(self.rec, "malformed", status=200)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         gen = generate(self.content, self.max_tokens)
         self.state.update(self.rec, output_tokens=gen.output_tokens)
         plan = self.render_stream(gen, cached)

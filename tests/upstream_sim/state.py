@@ -24,6 +24,7 @@ Outcome = Literal[
     "incomplete",  # stopped by the output token limit
     "failed",  # a pushed Fail
     "error_event",  # a pushed StreamError
+    "malformed",  # a pushed Malformed: a 200 answer that is not a valid response
     "disconnected",  # the simulator closed the connection (Disconnect)
     "aborted",  # the client went away before the response was complete
     "shutdown",  # the simulator stopped while the request was hanging
