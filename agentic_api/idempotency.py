@@ -48,7 +48,7 @@ RESPONSES = "responses"
 CONVERSATION_ITEMS = "conversation_items"
 # Mid-stream failures are stored; their HTTP status is derived from the stored code when
 # the outcome is recorded (they are all upstream failures: timeouts 504, the rest 502).
-_FAILURE_STATUS = {"upstream_timeout": 504}
+_FAILURE_STATUS = {"upstream_timeout": 504, "commit_failed": 500}
 
 
 def request_hash(value: Any) -> str:
