@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from agentic_api import __version__
 from agentic_api.background.worker import BackgroundWorkers
@@ -215,6 +216,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     if settings.metrics_enabled:
         app.include_router(metrics.router)
+    # What a 405 names as allowed (http/errors.py): every method declared on the path.
+    app.state.api_routes = [
+        route
+        for module in (health, models, input_tokens, compact, responses, conversations, admin)
+        for route in module.router.routes
+        if isinstance(route, APIRoute)
+    ] + (
+        [r for r in metrics.router.routes if isinstance(r, APIRoute)]
+        if settings.metrics_enabled
+        else []
+    )
     # Outermost last: the request id wraps everything, including 413s from the body check;
     # a turn's create is then served without the router (http/hot_route.py).
     install_openapi(app)

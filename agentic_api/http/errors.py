@@ -8,10 +8,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response
-from starlette.routing import Match, Route
 
 from agentic_api.errors import ApiError
 from agentic_api.http.json_response import JsonResponse
@@ -103,14 +103,11 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 def allowed_methods(request: StarletteRequest) -> list[str]:
-    """Every HTTP method some route serves on the request's path."""
-    methods: set[str] = set()
-    scope = {**request.scope, "type": "http"}
-    for route in request.app.router.routes:
-        if isinstance(route, Route) and route.methods:
-            match, _ = route.matches(scope)
-            if match is not Match.NONE:
-                methods |= route.methods
+    """Every HTTP method some declared route serves on the request's path (the routes
+    ``create_app`` keeps in ``app.state.api_routes``)."""
+    routes: Sequence[APIRoute] = getattr(request.app.state, "api_routes", ())
+    path = request.url.path
+    methods = {m for r in routes if r.path_regex.match(path) for m in r.methods or ()}
     return sorted(methods)
 
 
