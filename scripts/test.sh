@@ -17,6 +17,13 @@ fi
 .venv/bin/lint-imports --no-cache
 .venv/bin/python -m pytest "$@"
 
+# The fuzz tier (tests/fuzz): schemathesis over /openapi.json against a real server on
+# SQLite and PostgreSQL, over 5,000 generated requests each; prints each database's
+# count and time. AGENTIC_FUZZ=0 leaves it out of a local run, never out of CI.
+if [[ "${AGENTIC_FUZZ:-1}" == "1" || "${CI:-}" == "true" ]]; then
+  .venv/bin/python -m pytest -m fuzz tests/fuzz -q -s
+fi
+
 # The real-vLLM tier (CPU vLLM: the tiny model, ~1-2 min once scripts/real_vllm/setup.sh has
 # its cache; SmolLM2-135M-Instruct for token-level truth, ~4 min on a loaded 2-core machine
 # once setup_smollm2.sh has its cache, ~2 min more the first time). Reuses a running vLLM given by AGENTIC_REAL_VLLM_URL.

@@ -197,6 +197,16 @@ def parse_create_request(raw: bytes) -> tuple[CreateResponseRequest, dict[str, A
             param="previous_response_id",
             code="mutually_exclusive_parameters",
         )
+    if request.input == [] and not (
+        request.previous_response_id or request.conversation or request.prompt_cache_key
+    ):
+        # Nothing to answer and nothing to place the turn in a session by.
+        raise InvalidRequest(
+            "'input' is empty: give at least one item, or continue a previous response or "
+            "a conversation.",
+            param="input",
+            code="empty_input",
+        )
     if request.background and not request.store:
         raise InvalidRequest(
             "'background' requires 'store' to be true.", param="background", code="invalid_value"

@@ -19,6 +19,7 @@ from lineage import canonical_json
 from tests.conftest import RunningServer
 from tests.support.sql import rows
 from tests.support.tenants import TenantKeys, create_admin_key
+from tests.support.websocket import open_socket, until_terminal
 from tests.upstream_sim import Reply, SimServer
 
 MODEL = "sim-model"
@@ -479,3 +480,49 @@ def test_admin_names_refuse_nul(server: RunningServer) -> None:
             headers={"authorization": f"Bearer {admin}"},
         )
         assert response.status_code == 400, response.text
+
+
+@pytest.mark.parametrize(
+    ("items", "param"),
+    [
+        ([user_item(id="m" * (MAX_ID_LENGTH + 1))], "items[0].id"),
+        ([user_item(id="msg_\x00")], "items[0].id"),
+        ([{"type": "mess\x00age"}], "items[0].type"),
+    ],
+)
+def test_conversation_items_follow_the_same_rules(
+    server: RunningServer, tenant: TenantKeys, items: list[Any], param: str
+) -> None:
+    auth = {"authorization": f"Bearer {tenant.api_key}"}
+    created = httpx.post(f"{server.url}/v1/conversations", json={"items": items}, headers=auth)
+    assert created.status_code == 400, created.text
+    assert created.json()["error"]["param"] == param
+    conversation = httpx.post(f"{server.url}/v1/conversations", json={}, headers=auth).json()
+    added = httpx.post(
+        f"{server.url}/v1/conversations/{conversation['id']}/items",
+        json={"items": items},
+        headers=auth,
+    )
+    assert added.status_code == 400, added.text
+    assert added.json()["error"]["param"] == param
+
+
+def test_websocket_frames_follow_the_same_rules(
+    server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    """Refused frames get an error frame; the connection stays open for the next one."""
+    with open_socket(server, tenant) as socket:
+        for frame, code in (
+            ({"model": MODEL, "input": "x", "store": "no"}, "invalid_type"),
+            ({"model": MODEL, "input": [user_item(extra=nested(MAX_JSON_DEPTH))]}, "json_too_deep"),
+            ({"model": "m\x00", "input": "x"}, "invalid_value"),
+        ):
+            socket.send(orjson.dumps({"type": "response.create", **frame}).decode())
+            error = orjson.loads(socket.recv(timeout=20))
+            assert error["type"] == "error", error
+            assert error["error"]["code"] == code, error
+        socket.send(
+            orjson.dumps({"type": "response.create", "model": MODEL, "input": "x"}).decode()
+        )
+        assert until_terminal(socket)[-1]["type"] == "response.completed"
+    assert sim.calls("/v1/responses") == 1

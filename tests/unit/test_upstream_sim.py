@@ -23,6 +23,7 @@ from tests.upstream_sim import (
     Disconnect,
     Fail,
     Hang,
+    Malformed,
     PrefixCache,
     Reply,
     SimConfig,
@@ -30,6 +31,7 @@ from tests.upstream_sim import (
     SimState,
     StreamError,
     ToolCalls,
+    behavior_from_json,
     render_chat,
     render_responses,
     split,
@@ -473,6 +475,18 @@ def test_fail_returns_the_given_status_and_body(sim, client, http):
     body = info.value.body
     assert isinstance(body, dict) and body["type"] == "InternalServerError"
     assert sim.last().outcome == "failed"
+
+
+def test_malformed_sends_the_given_answer_as_is(sim, http):
+    sim.push(Malformed(body={"output": "x", "status": 7}))
+    r = http.post("/v1/responses", json={"model": MODEL, "input": "x"})
+    assert r.status_code == 200 and r.json() == {"output": "x", "status": 7}
+    sim.push(Malformed(events=[{"type": "response.completed", "response": "oops"}, "{no"]))
+    r = http.post("/v1/responses", json={"model": MODEL, "input": "x", "stream": True})
+    assert r.status_code == 200
+    assert r.text == 'data: {"type":"response.completed","response":"oops"}\n\ndata: {no\n\n'
+    assert sim.last().outcome == "malformed"
+    assert behavior_from_json({"kind": "malformed", "body": "x"}) == Malformed(body="x")
 
 
 def test_disconnect_mid_stream_makes_the_sdk_raise(sim, client):
