@@ -293,6 +293,8 @@ REFUSED_UP_FRONT: list[tuple[str, dict[str, Any], str, str]] = [
         "invalid_value",
     ),
     ("model is a number", {"model": 5, "input": "x"}, "model", "invalid_type"),
+    # Found by the fuzz tier: nothing to answer, nothing to place the turn in a session.
+    ("empty input, nothing to continue", {"model": MODEL, "input": []}, "input", "empty_input"),
 ]
 
 
