@@ -219,7 +219,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # What a 405 names as allowed (http/errors.py): every method declared on the path.
     app.state.api_routes = [
         route
-        for module in (health, models, input_tokens, compact, responses, conversations, admin)
+        for module in (
+            health,
+            models,
+            input_tokens,
+            compact,
+            responses,
+            conversations,
+            messages,
+            admin,
+        )
         for route in module.router.routes
         if isinstance(route, APIRoute)
     ] + (

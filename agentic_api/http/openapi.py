@@ -12,9 +12,31 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from agentic_api.wire import anthropic
 from agentic_api.wire.errors import ErrorBody
 
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
+_ANTHROPIC_ERROR_REF = {"$ref": "#/components/schemas/AnthropicErrorBody"}
+# The Messages API's routes answer errors in Anthropic's shape (http/errors.py).
+_ANTHROPIC_ERROR_BODY = {
+    "title": "AnthropicErrorBody",
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
+}
+# Routes that answer 200 with an event stream when asked to (stream: true).
+_STREAMING = {
+    ("/v1/responses", "post"),
+    ("/v1/responses/{response_id}", "get"),
+    ("/v1/messages", "post"),
+}
 # Routes anyone may call: no key, so no 401.
 _PUBLIC = frozenset({"/health", "/ready", "/metrics"})
 # Routes that ask the model server, which can refuse (its 4xx pass through) or fail.
@@ -25,10 +47,12 @@ _UPSTREAM = frozenset(
         "/v1/responses/compact",
         "/v1/models",
         "/v1/models/{model_id}",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
     }
 )
 _WHY = {
-    "400": "Invalid parameters or body (OpenAI's error shape)",
+    "400": "Invalid parameters or body (OpenAI's error shape; Anthropic's on /v1/messages)",
     "401": "Missing or unknown key",
     "404": "No such object (another tenant's is not found either)",
     "4XX": "Any other client error (conflicts, limits, a refused upstream request)",
@@ -54,11 +78,15 @@ def true_document(document: dict[str, Any]) -> dict[str, Any]:
     for name, schema in error_body.pop("$defs", {}).items():
         schemas.setdefault(name, schema)
     schemas.setdefault("ErrorBody", error_body)
+    schemas.setdefault("AnthropicErrorBody", _ANTHROPIC_ERROR_BODY)
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
     for path, operations in document.get("paths", {}).items():
-        for operation in operations.values():
+        for method, operation in operations.items():
             _document_errors(path, operation)
+            if (path, method) in _STREAMING:
+                content = operation["responses"].setdefault("200", {}).setdefault("content", {})
+                content.setdefault("text/event-stream", {"schema": {"type": "string"}})
     return document
 
 
@@ -69,9 +97,10 @@ def _document_errors(path: str, operation: dict[str, Any]) -> None:
     statuses = ["400"] if path in _PUBLIC else ["400", "401", "404", "4XX"]
     if path in _UPSTREAM:
         statuses.append("5XX")
+    shape = _ANTHROPIC_ERROR_REF if anthropic.is_anthropic_path(path) else _ERROR_REF
     for status in statuses:
         entry = responses.setdefault(status, {"description": _WHY[status]})
-        entry.setdefault("content", {"application/json": {"schema": _ERROR_REF}})
+        entry.setdefault("content", {"application/json": {"schema": shape}})
     if path == "/ready":
         responses.setdefault("503", {"description": "The database or the model server is down"})
 

@@ -8,7 +8,7 @@ filter on, stays JSONB (its values are refused NUL up front). SQLite stores JSON
 text already: nothing changes there.
 
 Revision ID: 0003_hardening
-Revises: 0002
+Revises: 0005_messages_turns
 Create Date: 2026-12-01
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0003_hardening"
-down_revision: str | None = "0002"
+down_revision: str | None = "0005_messages_turns"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -322,8 +322,8 @@ def test_refused_before_the_model_runs(
     assert count_responses(server.db_url, tenant.id) == 0
 
 
-# Ours alone, derived or minted, never a client's id.
-NOT_CLIENT_IDS = {"session_id", "worker_id"}
+# Never a client's id: ours (derived or minted) or the model server's.
+NOT_CLIENT_IDS = {"session_id", "worker_id", "message_id"}
 
 
 def test_ids_fit_the_id_columns(server: RunningServer) -> None:
