@@ -201,41 +201,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     # input_tokens before responses: /v1/responses/{response_id} would capture its path.
-    for module in (
-        health,
-        models,
-        input_tokens,
-        compact,
-        responses,
-        websocket,
-        conversations,
-        messages,
-        admin,
-        residency,
-    ):
-        app.include_router(module.router)
-    if settings.metrics_enabled:
-        app.include_router(metrics.router)
-    # What a 405 names as allowed (http/errors.py): every method declared on the path.
-    app.state.api_routes = [
-        route
+    routers = [
+        module.router
         for module in (
             health,
             models,
             input_tokens,
             compact,
             responses,
+            websocket,
             conversations,
             messages,
             admin,
+            residency,
         )
-        for route in module.router.routes
-        if isinstance(route, APIRoute)
-    ] + (
-        [r for r in metrics.router.routes if isinstance(r, APIRoute)]
-        if settings.metrics_enabled
-        else []
-    )
+    ]
+    if settings.metrics_enabled:
+        routers.append(metrics.router)
+    for router in routers:
+        app.include_router(router)
+    # What a 405 names as allowed (http/errors.py): every method declared on the path.
+    app.state.api_routes = [
+        route for router in routers for route in router.routes if isinstance(route, APIRoute)
+    ]
     # Outermost last: the request id wraps everything, including 413s from the body check;
     # a turn's create is then served without the router (http/hot_route.py).
     install_openapi(app)

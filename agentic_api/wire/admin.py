@@ -9,9 +9,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, field_validator
 
-from agentic_api.wire.storable import NUL
-
 from agentic_api.wire.residency import TurnResidency
+from agentic_api.wire.storable import NUL
 from agentic_api.wire.token_account import TokenAccountView
 
 T = TypeVar("T")
