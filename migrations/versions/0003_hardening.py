@@ -8,7 +8,7 @@ filter on, stays JSONB (its values are refused NUL up front). SQLite stores JSON
 text already: nothing changes there.
 
 Revision ID: 0003_hardening
-Revises: 0005_messages_turns
+Revises: 0004_token_artifacts
 Create Date: 2026-12-01
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0003_hardening"
-down_revision: str | None = "0005_messages_turns"
+down_revision: str | None = "0004_token_artifacts"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -29,7 +29,9 @@ _DOCUMENTS = (
     ("responses", "error"),
     ("responses", "fingerprint"),
     ("responses", "fingerprint_changes"),
+    ("responses", "token_account"),
     ("idempotency_keys", "body"),
+    ("token_artifacts", "output_types"),
 )
 
 
