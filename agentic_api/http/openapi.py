@@ -31,6 +31,12 @@ _ANTHROPIC_ERROR_BODY = {
         },
     },
 }
+# One server-sent event (its data is the event's JSON text).
+_SSE_EVENT = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+}
 # Routes that answer 200 with an event stream when asked to (stream: true).
 _STREAMING = {
     ("/v1/responses", "post"),
@@ -86,7 +92,7 @@ def true_document(document: dict[str, Any]) -> dict[str, Any]:
             _document_errors(path, operation)
             if (path, method) in _STREAMING:
                 content = operation["responses"].setdefault("200", {}).setdefault("content", {})
-                content.setdefault("text/event-stream", {"schema": {"type": "string"}})
+                content.setdefault("text/event-stream", {"schema": _SSE_EVENT})
     return document
 
 
