@@ -15,12 +15,16 @@ from agentic_api.app import create_app
 from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade
+from tests.support import strict, strict_wiring
 from tests.support.databases import create_pg_database, drop_pg_database, sqlite_url
 from tests.support.servers import ThreadedServer
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.upstream_sim import SimServer
 
 BACKENDS = ("sqlite", "postgres")
+
+# Every reply of our servers passes tests/support/strict.py, whoever reads it.
+strict_wiring.install()
 TEST_SECRET = "test-server-secret-0123456789abcdef"
 
 
@@ -35,6 +39,20 @@ def _fresh_sim_script(request: pytest.FixtureRequest) -> None:
     # Only tests that use the simulator pay for it; they start with an empty script.
     if "sim" in request.fixturenames:
         request.getfixturevalue("sim").reset()
+
+
+@pytest.fixture(autouse=True)
+def _strict_replies() -> Iterator[None]:
+    """Fails the test if anything our servers sent it broke a strict rule, even where a
+    client library caught the violation (the SDK reports it as a connection error)."""
+    strict.take_violations()
+    yield
+    violations = strict.take_violations()
+    if violations:
+        pytest.fail(
+            "strict wire violations:\n" + "\n".join(str(v) for v in violations[:20]),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -85,7 +103,20 @@ class RunningServer:
     backend: str
 
     def client(self, tenant: TenantKeys, **kwargs: object) -> OpenAI:
-        return OpenAI(base_url=f"{self.url}/v1", api_key=tenant.api_key, max_retries=0, **kwargs)  # type: ignore[arg-type]
+        client = OpenAI(base_url=f"{self.url}/v1", api_key=tenant.api_key, max_retries=0, **kwargs)  # type: ignore[arg-type]
+        # Closed when the test ends: an unclosed socket is a ResourceWarning, an error here.
+        _open_clients.append(client)
+        return client
+
+
+_open_clients: list[OpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _open_clients:
+        _open_clients.pop().close()
 
 
 @contextmanager

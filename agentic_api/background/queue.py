@@ -28,8 +28,9 @@ from agentic_api.storage.types import utcnow
 from agentic_api.turns.commit import build_row
 from agentic_api.turns.prepare import Caller, prepare_turn
 from agentic_api.turns.tool_loop import check_mcp_hosts
+from agentic_api.wire.events import error_event, stamped, terminal_event
 from agentic_api.wire.requests import CreateResponseRequest
-from agentic_api.wire.response_object import finish_response
+from agentic_api.wire.response_object import finish_response, response_error
 from agentic_api.wire.status import TERMINAL_STATUSES
 
 
@@ -94,9 +95,7 @@ async def cancel(services: Services, tenant_id: str, response_id: str) -> dict[s
         )
         await responses.set_state(row.id, status="cancelled", body=body)
         sequence = await responses.last_sequence(row.id) + 1
-        await responses.add_events(
-            row.id, [_event(sequence, {"type": "response.cancelled", "response": body})]
-        )
+        await responses.add_events(row.id, [_event(sequence, terminal_event(body))])
     # Here the run stops at once; a worker in another process notices within its poll.
     services.background.cancel_local(response_id)
     return body
@@ -138,7 +137,7 @@ async def fail_job(
             output=[],
             usage=None,
             completed_at=None,
-            error={"code": error.code or "server_error", "message": error.message},
+            error=response_error(error),
         )
         last = await responses.last_sequence(response_id)
         # A batch whose commit outran its acknowledgement is already stored.
@@ -146,18 +145,12 @@ async def fail_job(
             (e["sequence_number"], e) for e in unsaved if e["sequence_number"] > last
         ]
         last = max([last, *(seq for seq, _ in rows)])
-        error_event = {
-            "type": "error",
-            "code": error.code,
-            "message": error.message,
-            "param": error.param,
-        }
-        rows.append((last + 1, error_event))
-        rows.append((last + 2, {"type": "response.failed", "response": final}))
+        rows.append((last + 1, error_event(error)))
+        rows.append((last + 2, terminal_event(final)))
         await responses.set_state(response_id, status="failed", body=final, error=final["error"])
         await responses.add_events(response_id, [_event(seq, event) for seq, event in rows])
     return True
 
 
 def _event(sequence: int, event: dict[str, Any]) -> tuple[int, str]:
-    return sequence, orjson.dumps({**event, "sequence_number": sequence}).decode()
+    return sequence, orjson.dumps(stamped(event, sequence)).decode()

@@ -20,8 +20,9 @@ from agentic_api.turns.relay import StreamRelay
 from agentic_api.turns.token_plan import TokenRecord
 from agentic_api.turns.tokens import after_commit, cancel_parent_read, settle_tokens
 from agentic_api.upstream.sse import SseEvent
+from agentic_api.wire.events import error_event, stamped, terminal_event
 from agentic_api.wire.items import Item
-from agentic_api.wire.response_object import finish_response
+from agentic_api.wire.response_object import finish_response, response_error
 from agentic_api.wire.upstream_answer import EventCheck, final_problem
 
 log = get_logger("agentic_api.turns.run")
@@ -112,16 +113,16 @@ async def complete_turn(
 ) -> dict[str, Any]:
     """Commits the turn and sends its terminal event. ``output`` is what the client
     sees; ``model_output`` what the model saw, which is what is stored and replayed."""
+    relay.adopt_sampling(upstream)
     final = finish_response(
-        turn.base,
+        relay.base,
         status=status,
         output=output,
         usage=usage,
         completed_at=int(time.time()),
-        upstream=upstream,
-        incomplete_details=incomplete_details if status == "incomplete" else None,
+        incomplete_details=incomplete_details,
     )
-    terminal = relay.stamp({"type": f"response.{status}", "response": final})
+    terminal = relay.stamp(terminal_event(final))
     tokens = await settle_tokens(services, turn, relay, model_output)
     if turn.request.store:
         stored_events = [*events, terminal] if turn.records_events else None
@@ -131,8 +132,9 @@ async def complete_turn(
             # A typed refusal (a conversation that moved on or was deleted, an
             # Idempotency-Key taken over) reaches the client as it is; the transaction
             # rolled back, so nothing was stored.
+            # The error takes the terminal event's place (and sequence number).
             log.warning("commit refused", response_id=turn.response_id, code=refused.code)
-            emit(relay.stamp(error_event(refused)))
+            emit(stamped(error_event(refused), terminal["sequence_number"]))
             raise
         except Exception as exc:
             # The database itself failed (our checks ran before the model did). The
@@ -146,6 +148,8 @@ async def complete_turn(
                 status_code=500,
                 code="commit_failed",
             )
+            # The terminal event was never sent: the failure's events take its number on.
+            relay.release(terminal)
             await fail_turn(services, turn, relay, emit, events, lost)
     turn.model_output = list(model_output)
     emit(terminal)
@@ -193,15 +197,15 @@ async def fail_turn(
     cancel_parent_read(turn)
     log.warning("turn failed", response_id=turn.response_id, reason=failure.message)
     final = finish_response(
-        turn.base,
+        relay.base,
         status="failed",
         output=[],
         usage=None,
         completed_at=None,
-        error={"code": failure.code or "server_error", "message": failure.message},
+        error=response_error(failure),
     )
     emit(relay.stamp(error_event(failure)))
-    terminal = relay.stamp({"type": "response.failed", "response": final})
+    terminal = relay.stamp(terminal_event(final))
     if turn.request.store:
         try:
             await commit_turn(
@@ -216,7 +220,3 @@ async def fail_turn(
             log.exception("could not record the failed response", response_id=turn.response_id)
     emit(terminal)
     raise TurnFailed(final, failure)
-
-
-def error_event(error: ApiError) -> dict[str, Any]:
-    return {"type": "error", "code": error.code, "message": error.message, "param": error.param}

@@ -12,29 +12,27 @@ import copy
 from typing import Any
 
 from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens, take_reported_tokens
+from agentic_api.wire.events import snapshot_event
 from agentic_api.wire.items import id_kind_for
+from agentic_api.wire.response_object import output_item, output_part, streamed_item, with_sampling
+from agentic_api.wire.status import (
+    CREATED,
+    ERROR,
+    IN_PROGRESS,
+    SNAPSHOT_EVENTS,
+    UPSTREAM_TERMINAL_EVENTS,
+)
 from lineage import IdKind, mint_id
-
-_SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-
-def replayable(item: dict[str, Any]) -> dict[str, Any]:
-    """An output item in a form the model server accepts back as history.
-
-    vLLM 0.32 sometimes answers with an assistant message whose ``content`` is empty, and
-    its own renderer fails (HTTP 500) when that message is replayed. We fix the item once,
-    before anyone sees or stores it, so the stream, the stored object and every later
-    replay stay identical: one empty ``output_text`` part, which renders as no text.
-    """
-    if item.get("type") == "message" and item.get("content") == []:
-        return {**item, "content": [{"type": "output_text", "text": "", "annotations": []}]}
-    return item
 
 
 class StreamRelay:
-    def __init__(self, base: dict[str, Any]) -> None:
+    """``open_sampling``: the sampling fields the client left open; the relay adopts the
+    model server's values for them from its first snapshot (or its final object), so
+    every object shown after that, snapshots included, carries what was applied."""
+
+    def __init__(self, base: dict[str, Any], open_sampling: tuple[str, ...] = ()) -> None:
         self.base = base
+        self.open_sampling = open_sampling
         self.response_id: str = base["id"]
         self._next_sequence = 0
         self._ids_by_index: dict[int, str] = {}
@@ -74,13 +72,33 @@ class StreamRelay:
         self._next_sequence += 1
         return event
 
+    def release(self, event: dict[str, Any]) -> None:
+        """Gives back the number of the last stamped event when it will not be sent, so
+        the stream's sequence numbers stay contiguous."""
+        if event.get("sequence_number") == self._next_sequence - 1:
+            self._next_sequence -= 1
+
+    def adopt_sampling(self, upstream: Any) -> None:
+        """Takes the sampling values the model server applied (see the class)."""
+        if self.open_sampling and not self.opened:
+            self.base = with_sampling(self.base, upstream, self.open_sampling)
+
     def opening_events(self) -> list[dict[str, Any]]:
         self.opened = True
         snapshot = {**self.base, "status": "in_progress"}
         return [
-            self.stamp({"type": "response.created", "response": snapshot}),
-            self.stamp({"type": "response.in_progress", "response": snapshot}),
+            self.stamp(snapshot_event(CREATED, snapshot)),
+            self.stamp(snapshot_event(IN_PROGRESS, snapshot)),
         ]
+
+    def open_with(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """Our opening events, once, when the upstream's first event arrives (its
+        snapshot, when it starts with one, tells the sampling it applied)."""
+        if self.opened:
+            return []
+        if event.get("type") in SNAPSHOT_EVENTS:
+            self.adopt_sampling(event.get("response"))
+        return self.opening_events()
 
     def translate(self, event: dict[str, Any], *, stamp: bool = True) -> dict[str, Any] | None:
         """Our version of an upstream event, or None when it is ours to emit (snapshots,
@@ -89,16 +107,16 @@ class StreamRelay:
         kind = event.get("type")
         if not isinstance(kind, str):
             return None
-        if kind in _SNAPSHOT_EVENTS:
+        if kind in SNAPSHOT_EVENTS:
             response = event.get("response")
             if isinstance(response, dict) and isinstance(response.get("id"), str):
                 self.upstream_response_id = response["id"]
             return None
-        if kind in TERMINAL_EVENTS:
+        if kind in UPSTREAM_TERMINAL_EVENTS:
             response = event.get("response")
             self.upstream_final = response if isinstance(response, dict) else {}
             return None
-        if kind == "error":
+        if kind == ERROR:
             self.upstream_error = event
             return None
         ours = copy.copy(event)
@@ -113,7 +131,9 @@ class StreamRelay:
             if isinstance(item, dict):
                 if isinstance(item.get("id"), str):
                     self._index_by_upstream_id[item["id"]] = index
-                ours["item"] = replayable({**item, "id": our_id})
+                shown = {**item, "id": our_id}
+                done = kind == "response.output_item.done"
+                ours["item"] = output_item(shown) if done else streamed_item(shown)
             if "item_id" in ours:
                 ours["item_id"] = our_id
             ours["output_index"] = index + self.offset
@@ -121,6 +141,12 @@ class StreamRelay:
             known = self._index_by_upstream_id.get(event["item_id"])
             if known is not None:
                 ours["item_id"] = self._ids_by_index[known]
+        if "part" in ours:
+            ours["part"] = output_part(ours["part"])
+        if kind in ("response.output_text.delta", "response.output_text.done") and not isinstance(
+            ours.get("logprobs"), list
+        ):
+            ours["logprobs"] = []
         if kind.endswith(".delta"):
             self.first_token_seen = True
         return self.stamp(ours) if stamp else ours
@@ -141,5 +167,5 @@ class StreamRelay:
             if not isinstance(item, dict) or not isinstance(item.get("type"), str):
                 continue
             our_id = self._id_for(index, item["type"], item.get("id"))
-            result.append(replayable({**item, "id": our_id}))
+            result.append(output_item({**item, "id": our_id}))
         return result

@@ -29,8 +29,15 @@ from agentic_api.turns.render import streams_upstream
 from agentic_api.turns.tokens import attach_tokens
 from agentic_api.turns.tool_loop import run_tool_turn
 from agentic_api.upstream.errors import UpstreamInterrupted
+from agentic_api.wire.events import snapshot_event, terminal_event
 from agentic_api.wire.items import to_item
-from agentic_api.wire.response_object import finish_response, normalize_usage
+from agentic_api.wire.response_object import (
+    empty_usage,
+    finish_response,
+    normalize_usage,
+    open_sampling,
+)
+from agentic_api.wire.status import CREATED
 
 __all__ = ["TurnFailed", "run_turn", "run_without_model"]
 
@@ -43,7 +50,7 @@ async def run_turn(
     Raises ``ApiError`` if the upstream refused the request before streaming (nothing
     is stored) and ``TurnFailed`` if it failed midway (the failure is stored).
     """
-    relay = StreamRelay(turn.base)
+    relay = StreamRelay(turn.base, open_sampling(turn.request))
     record = turn.records_events
     events: list[dict[str, Any]] = []
     attach_tokens(services, turn)
@@ -77,20 +84,23 @@ async def run_turn(
             )
         if not streams_upstream(turn.request):
             return meter.finished(await _run_unstreamed(services, turn, relay, emit, events, meter))
+        accepted = False
         try:
             async with services.upstream.stream_response(turn.body, turn.headers) as stream:
+                accepted = True
                 if channel is not None:
                     channel.opened()
-                for event in relay.opening_events():
-                    emit(event)
                 failure = await pump(stream.events(), relay, _relay_as_is(relay, emit))
             meter.upstream_done()
         except ApiError as exc:
-            if not relay.opened:
+            if not accepted:
                 if channel is not None:
                     channel.failed_to_open(exc)
                 raise
             failure = exc
+        # A stream that ended before its first event still opens before it fails.
+        for event in relay.open_with({}):
+            emit(event)
         if failure is None:
             failure = upstream_outcome_error(relay)
         if failure is not None:
@@ -132,6 +142,8 @@ async def _run_unstreamed(
 
 def _relay_as_is(relay: StreamRelay, emit: Emit) -> Callable[[dict[str, Any]], None]:
     def handle(event: dict[str, Any]) -> None:
+        for opening in relay.open_with(event):
+            emit(opening)
         ours = relay.translate(event)
         if ours is not None:
             emit(ours)
@@ -167,15 +179,15 @@ async def run_without_model(services: Services, turn: PreparedTurn) -> list[dict
     """``generate: false``: record the turn's input as a checkpoint to chain from, without
     calling the model. Returns the events to send (created, then completed)."""
     relay = StreamRelay(turn.base)
-    created = relay.stamp({"type": "response.created", "response": dict(turn.base)})
+    created = relay.stamp(snapshot_event(CREATED, dict(turn.base)))
     final = finish_response(
         turn.base,
         status="completed",
         output=[],
-        usage=normalize_usage(None),
+        usage=empty_usage(),
         completed_at=int(time.time()),
     )
-    completed = relay.stamp({"type": "response.completed", "response": final})
+    completed = relay.stamp(terminal_event(final))
     if turn.request.store:
         await commit_turn(
             services.db, turn, final, [], [created, completed], histories=services.histories

@@ -13,8 +13,9 @@
    them, calls a client's function (the turn ends and the client answers it, after the
    gateway's calls of that round ran), or needs approval (the turn ends with
    ``mcp_approval_request`` items), the turn ends. ``max_tool_calls`` and the server's
-   ``max_tool_rounds`` bound the loop: past them, calls are not run and the turn ends
-   ``incomplete`` (reason ``max_tool_calls`` / ``max_tool_rounds``).
+   ``max_tool_rounds`` bound the loop: past them, calls are not run (the client sees
+   them as ``incomplete`` mcp_call items) and the turn ends ``completed``, as OpenAI
+   ignores calls past ``max_tool_calls``.
 
 What is stored and replayed is what the model saw, in order: each round's output items
 as the upstream produced them (with our ids), then one ``function_call_output`` per
@@ -64,7 +65,7 @@ from agentic_api.turns.tool_events import GatewayEvents
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire import mcp as wire
 from agentic_api.wire.items import Item, to_item
-from agentic_api.wire.response_object import empty_usage, normalize_usage
+from agentic_api.wire.response_object import add_usage, empty_usage, normalize_usage
 from lineage import IdKind, mint_id
 
 log = get_logger("agentic_api.turns.tool_loop")
@@ -135,7 +136,7 @@ async def run_tool_turn(
     try:
         return await loop.run()
     except ApiError as exc:
-        if not relay.opened and channel is not None:
+        if not loop.channel_open and channel is not None:
             channel.failed_to_open(exc)
         raise
 
@@ -162,6 +163,7 @@ class ToolLoop:
         self.streaming = streams_upstream(turn.request)
         # Once a tool has run, the turn has happened: failures after that are stored.
         self.started = False
+        self.channel_open = False
 
     async def run(self) -> dict[str, Any]:
         turn, settings = self.turn, self.settings
@@ -229,13 +231,19 @@ class ToolLoop:
             resumed.append((planned, denial))
         return resumed
 
-    def _open(self, state: LoopState) -> None:
-        """Shows the client the response and the tool listings, once."""
+    def _accepted(self) -> None:
+        """The upstream took round 1 (or approvals run first): the client's stream starts."""
+        if self.channel is not None and not self.channel_open:
+            self.channel_open = True
+            self.channel.opened()
+
+    def _open(self, state: LoopState, first: dict[str, Any] | None = None) -> None:
+        """Shows the client the response and the tool listings, once; ``first`` is the
+        upstream's first event (its snapshot says the sampling applied)."""
         if self.relay.opened:
             return
-        if self.channel is not None:
-            self.channel.opened()
-        for event in self.relay.opening_events():
+        self._accepted()
+        for event in self.relay.open_with(first or {}):
             self.emit(event)
         for index, item in enumerate(state.output):
             if item["type"] == "mcp_list_tools":
@@ -314,7 +322,10 @@ class ToolLoop:
                     state, "incomplete", state.upstream.get("incomplete_details")
                 )
             if reason is not None:
-                return await self._finish(state, "incomplete", {"reason": reason})
+                # As OpenAI treats calls past max_tool_calls: not run, and the response
+                # ends normally. (OpenAI's schema has no incomplete reason for a tool
+                # limit; the calls not run show as ``incomplete`` mcp_call items.)
+                return await self._finish(state, "completed", None)
             if ends_for_client:
                 return await self._finish(state, "completed", None)
 
@@ -328,18 +339,22 @@ class ToolLoop:
         if self.streaming:
 
             def handle(event: dict[str, Any]) -> None:
+                self._open(state, event)
                 ours = self.relay.translate(event, stamp=False)
                 if ours is not None:
                     self._send(gateway_events.convert(ours))
 
+            accepted = False
             try:
                 async with upstream.stream_response(body, headers) as stream:
-                    self._open(state)
+                    accepted = True
+                    self._accepted()
                     failure = await pump(stream.events(), self.relay, handle)
             except ApiError as exc:
-                if not self.relay.opened:
+                if not accepted and not self.relay.opened:
                     raise
                 failure = exc
+            self._open(state)
         else:
             try:
                 self.relay.upstream_final = await upstream.create_response(body, headers)
@@ -357,7 +372,7 @@ class ToolLoop:
             await fail_turn(self.services, self.turn, self.relay, self.emit, self.events, failure)
         final = self.relay.upstream_final or {}
         state.upstream = final
-        _add_usage(state.usage, normalize_usage(final.get("usage")))
+        state.usage = add_usage(state.usage, normalize_usage(final.get("usage")))
 
     def _take_round(
         self,
@@ -500,15 +515,3 @@ def _call_output(call: dict[str, Any], text: str) -> Item:
             "output": text,
         }
     )
-
-
-def _add_usage(total: dict[str, Any], more: dict[str, Any]) -> None:
-    """Usage over all rounds, as OpenAI reports a response that made several calls."""
-    for key in ("input_tokens", "output_tokens", "total_tokens"):
-        total[key] = int(total.get(key) or 0) + int(more.get(key) or 0)
-    for key, inner in (
-        ("input_tokens_details", "cached_tokens"),
-        ("output_tokens_details", "reasoning_tokens"),
-    ):
-        details = total.setdefault(key, {})
-        details[inner] = int(details.get(inner) or 0) + int((more.get(key) or {}).get(inner) or 0)

@@ -1,46 +1,176 @@
-"""The Response object as strict clients validate it: every field present, even when null."""
+"""The Response object and what it is made of (usage, output items, echoed tools, error)
+as strict clients validate them: every field present, even when null; arrays never null;
+numbers where numbers. Every path that shows a Response or an output item (JSON, SSE,
+stored-event replay, background, WebSocket) builds it here."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from agentic_api.errors import ApiError
 from agentic_api.wire.requests import CreateResponseRequest
+from agentic_api.wire.status import (
+    ITEM_STATUSES,
+    RATE_LIMITED,
+    SERVER_ERROR,
+    TERMINAL_STATUSES,
+)
 
 DEFAULT_TEXT: dict[str, Any] = {"format": {"type": "text"}, "verbosity": "medium"}
 DEFAULT_REASONING: dict[str, Any] = {"effort": None, "summary": None}
-_TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
+# OpenAI's documented defaults, shown until the model server says what it applied.
+DEFAULT_SAMPLING: dict[str, float] = {"temperature": 1.0, "top_p": 1.0}
 
 
-def empty_usage() -> dict[str, Any]:
+# -- usage ------------------------------------------------------------------------------------
+
+
+def usage_block(
+    *,
+    input_tokens: int = 0,
+    cached_tokens: int = 0,
+    cache_write_tokens: int | None = None,
+    output_tokens: int = 0,
+    reasoning_tokens: int = 0,
+) -> dict[str, Any]:
+    """OpenAI's usage object. ``cache_write_tokens``: what this turn wrote to the prefix
+    cache; when the model server does not say, everything it had to prefill (input minus
+    cached tokens)."""
+    if cache_write_tokens is None:
+        cache_write_tokens = max(input_tokens - cached_tokens, 0)
     return {
-        "input_tokens": 0,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": 0,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": 0,
+        "input_tokens": input_tokens,
+        "input_tokens_details": {
+            "cached_tokens": cached_tokens,
+            "cache_write_tokens": cache_write_tokens,
+        },
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "total_tokens": input_tokens + output_tokens,
     }
 
 
+def empty_usage() -> dict[str, Any]:
+    return usage_block()
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def normalize_usage(raw: Any) -> dict[str, Any]:
-    """Upstream usage in OpenAI's shape; missing counters are 0, never absent."""
-    usage = empty_usage()
+    """The upstream's usage in OpenAI's shape: missing counters are 0, never absent, and
+    fields of the model server's own (vLLM's per-turn lists) are left out."""
     if not isinstance(raw, dict):
-        return usage
-    for key in ("input_tokens", "output_tokens", "total_tokens"):
-        if isinstance(raw.get(key), int):
-            usage[key] = raw[key]
-    for key, inner in (
-        ("input_tokens_details", "cached_tokens"),
-        ("output_tokens_details", "reasoning_tokens"),
-    ):
-        details = raw.get(key)
-        if isinstance(details, dict):
-            merged = {**details}
-            merged[inner] = details.get(inner) if isinstance(details.get(inner), int) else 0
-            usage[key] = merged
-    if not usage["total_tokens"]:
-        usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
-    return usage
+        return usage_block()
+    inputs = raw.get("input_tokens_details")
+    inputs = inputs if isinstance(inputs, dict) else {}
+    outputs = raw.get("output_tokens_details")
+    outputs = outputs if isinstance(outputs, dict) else {}
+    return usage_block(
+        input_tokens=_count(raw.get("input_tokens")) or 0,
+        cached_tokens=_count(inputs.get("cached_tokens")) or 0,
+        # vLLM reports the full blocks it stored; keep its count when it gives one.
+        cache_write_tokens=_count(inputs.get("cache_write_tokens")),
+        output_tokens=_count(raw.get("output_tokens")) or 0,
+        reasoning_tokens=_count(outputs.get("reasoning_tokens")) or 0,
+    )
+
+
+def add_usage(total: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """Usage over several upstream rounds, as OpenAI reports a response that made several
+    model calls."""
+    return usage_block(
+        input_tokens=total["input_tokens"] + more["input_tokens"],
+        cached_tokens=total["input_tokens_details"]["cached_tokens"]
+        + more["input_tokens_details"]["cached_tokens"],
+        cache_write_tokens=total["input_tokens_details"]["cache_write_tokens"]
+        + more["input_tokens_details"]["cache_write_tokens"],
+        output_tokens=total["output_tokens"] + more["output_tokens"],
+        reasoning_tokens=total["output_tokens_details"]["reasoning_tokens"]
+        + more["output_tokens_details"]["reasoning_tokens"],
+    )
+
+
+# -- output items -----------------------------------------------------------------------------
+
+
+def output_part(part: Any) -> Any:
+    """An ``output_text`` part with its arrays (``annotations``, ``logprobs``) never null:
+    vLLM sends ``logprobs: null``."""
+    if not isinstance(part, dict) or part.get("type") != "output_text":
+        return part
+    fixed = dict(part)
+    for key in ("annotations", "logprobs"):
+        if not isinstance(fixed.get(key), list):
+            fixed[key] = []
+    return fixed
+
+
+def output_item(item: dict[str, Any]) -> dict[str, Any]:
+    """An output item as the client sees it and as it is stored (and so replayed).
+
+    Fixed once, before anyone sees or stores it, so the stream, the stored object and
+    every later replay stay identical:
+
+    - ``output_text`` parts get their arrays (``output_part``);
+    - a message or function call without a status is ``completed`` (it is a finished
+      item of a finished round);
+    - vLLM 0.32 sometimes answers with an assistant message whose ``content`` is empty,
+      and its own renderer fails (HTTP 500) when that message is replayed: it gets one
+      empty ``output_text`` part, which renders as no text.
+    """
+    kind = item.get("type")
+    if kind == "message":
+        content = item.get("content")
+        parts = [output_part(p) for p in content] if isinstance(content, list) else content
+        if parts == []:
+            parts = [output_part({"type": "output_text", "text": ""})]
+        item = {**item, "content": parts}
+    if kind in ("message", "function_call") and item.get("status") not in ITEM_STATUSES:
+        item = {**item, "status": "completed"}
+    return item
+
+
+def streamed_item(item: dict[str, Any]) -> dict[str, Any]:
+    """An item as an ``output_item.added`` event shows it (still in progress: its content
+    comes in the events that follow)."""
+    fixed = dict(item)
+    if fixed.get("type") == "message" and isinstance(fixed.get("content"), list):
+        fixed["content"] = [output_part(p) for p in fixed["content"]]
+    if fixed.get("type") in ("message", "function_call") and "status" not in fixed:
+        fixed["status"] = "in_progress"
+    return fixed
+
+
+# -- tools and errors ----------------------------------------------------------------------------
+
+
+def echoed_tools(tools: Iterable[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The request's tools as the Response object echoes them: a function tool always
+    carries ``strict`` and ``parameters`` (null when the client left them out)."""
+    echoed: list[dict[str, Any]] = []
+    for tool in tools or ():
+        if tool.get("type") == "function":
+            tool = {"strict": None, "parameters": None, **tool}
+        echoed.append(tool)
+    return echoed
+
+
+def response_error(error: ApiError) -> dict[str, Any]:
+    """``Response.error``: OpenAI's schema allows a fixed set of codes; ours are told in
+    the message (and in the stream's ``error`` event, whose code is free)."""
+    code = RATE_LIMITED if error.status_code == 429 else SERVER_ERROR
+    return {"code": code, "message": error.message}
+
+
+# -- the Response object ---------------------------------------------------------------------------
+
+
+def open_sampling(request: CreateResponseRequest) -> tuple[str, ...]:
+    """Sampling fields the client left to the model server's defaults."""
+    return tuple(key for key in DEFAULT_SAMPLING if getattr(request, key) is None)
 
 
 def base_response(
@@ -51,6 +181,7 @@ def base_response(
     conversation_id: str | None,
 ) -> dict[str, Any]:
     """The object in state ``in_progress``, before the model has produced anything."""
+    extra = request.model_extra or {}
     return {
         "id": response_id,
         "object": "response",
@@ -72,23 +203,42 @@ def base_response(
         ),
         "previous_response_id": request.previous_response_id,
         "prompt_cache_key": request.prompt_cache_key,
-        "prompt_cache_retention": (request.model_extra or {}).get("prompt_cache_retention"),
+        "prompt_cache_retention": extra.get("prompt_cache_retention"),
         "reasoning": request.reasoning or dict(DEFAULT_REASONING),
         "safety_identifier": request.safety_identifier,
         "service_tier": request.service_tier or "auto",
         "store": request.store,
-        "temperature": request.temperature,
+        "temperature": (
+            DEFAULT_SAMPLING["temperature"] if request.temperature is None else request.temperature
+        ),
         "text": request.text or dict(DEFAULT_TEXT),
         "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
-        "tools": request.tools or [],
-        "top_logprobs": request.top_logprobs,
-        "top_p": request.top_p,
+        "tools": echoed_tools(request.tools),
+        "top_logprobs": request.top_logprobs or 0,
+        "top_p": DEFAULT_SAMPLING["top_p"] if request.top_p is None else request.top_p,
         "truncation": request.truncation or "disabled",
         "usage": None,
         "user": request.user,
-        "presence_penalty": (request.model_extra or {}).get("presence_penalty", 0.0),
-        "frequency_penalty": (request.model_extra or {}).get("frequency_penalty", 0.0),
+        "presence_penalty": _number(extra.get("presence_penalty"), 0.0),
+        "frequency_penalty": _number(extra.get("frequency_penalty"), 0.0),
     }
+
+
+def _number(value: Any, default: float) -> float:
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def with_sampling(base: dict[str, Any], upstream: Any, open_keys: Iterable[str]) -> dict[str, Any]:
+    """``base`` with the sampling values the model server applied where the client left
+    them open (taken from its first snapshot, so every object we show agrees)."""
+    if not isinstance(upstream, dict):
+        return base
+    adopted = {
+        key: upstream[key]
+        for key in open_keys
+        if isinstance(upstream.get(key), int | float) and not isinstance(upstream[key], bool)
+    }
+    return {**base, **adopted} if adopted else base
 
 
 def finish_response(
@@ -98,26 +248,17 @@ def finish_response(
     output: list[dict[str, Any]],
     usage: dict[str, Any] | None,
     completed_at: int | None,
-    upstream: dict[str, Any] | None = None,
     error: dict[str, Any] | None = None,
     incomplete_details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    assert status in _TERMINAL
-    final = {
+    if status not in TERMINAL_STATUSES:
+        raise ValueError(f"{status!r} is not a terminal status")
+    return {
         **base,
         "status": status,
         "output": output,
         "usage": usage,
-        "error": error,
-        "incomplete_details": incomplete_details,
+        "error": error if status == "failed" else None,
+        "incomplete_details": incomplete_details if status == "incomplete" else None,
+        "completed_at": completed_at if status == "completed" else None,
     }
-    final["completed_at"] = completed_at if status == "completed" else None
-    if upstream:
-        # Sampling defaults the client left open are whatever the model server applied.
-        for key in ("temperature", "top_p"):
-            if final.get(key) is None and isinstance(upstream.get(key), int | float):
-                final[key] = upstream[key]
-    for key, default in (("temperature", 1.0), ("top_p", 1.0)):
-        if final.get(key) is None:
-            final[key] = default
-    return final

@@ -5,6 +5,7 @@ SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from datetime import UTC, datetime
@@ -299,21 +300,29 @@ def test_jobs_left_by_a_dead_worker_are_recovered_by_the_rule(
             started_at=started_at,
         )
     execute(fresh_db, "UPDATE responses SET status = 'in_progress' WHERE id = :id", id=started)
+    # The event a started worker stores first: the response's snapshot.
+    body = scalar(fresh_db, "SELECT body FROM responses WHERE id = :id", id=started)
+    snapshot = {**(json.loads(body) if isinstance(body, str) else body), "status": "in_progress"}
+    created = {"type": "response.created", "response": snapshot, "sequence_number": 0}
     execute(
         fresh_db,
         "INSERT INTO response_events (response_id, sequence_number, data) VALUES (:id, 0, :d)",
         id=started,
-        d='{"type":"response.created","sequence_number":0}',
+        d=json.dumps(created),
     )
     sim.push(Reply("ran once"))
     with running_server(fresh_db, sim, tmp_path, background_workers=1) as server:
         client = server.client(tenant, timeout=20)
         assert wait_status(client, unstarted, TERMINAL).output_text == "ran once"
         lost = wait_status(client, started, TERMINAL)
-        assert lost.status == "failed" and lost.error.code == "worker_lost"
-        assert wait_status(client, exhausted, TERMINAL).error.code == "worker_lost"
+        # Response.error takes OpenAI's codes; the stream's error event says why.
+        assert lost.status == "failed" and lost.error.code == "server_error"
+        assert wait_status(client, exhausted, TERMINAL).error.code == "server_error"
         events = raw_events(server, tenant, started)
+        exhausted_events = raw_events(server, tenant, exhausted)
     assert [e["type"] for e in events] == ["response.created", "error", "response.failed"]
+    assert events[1]["code"] == "worker_lost"
+    assert [e["code"] for e in exhausted_events if e["type"] == "error"] == ["worker_lost"]
     assert sim.calls("/v1/responses") == 1
     assert "job 0" in upstream_inputs(sim)[0]
     assert rows(fresh_db, "SELECT * FROM background_jobs") == []
@@ -335,7 +344,14 @@ def test_shutdown_fails_a_job_it_cannot_finish(
         "failed"
     )
     error = scalar(fresh_db, "SELECT error FROM responses WHERE id = :id", id=queued.id)
-    assert "worker_lost" in str(error) and "shut down" in str(error)
+    assert "server_error" in str(error) and "shut down" in str(error)
+    stored = scalar(
+        fresh_db,
+        "SELECT data FROM response_events WHERE response_id = :id AND data LIKE '%\"error\"%'"
+        " ORDER BY sequence_number LIMIT 1",
+        id=queued.id,
+    )
+    assert '"code":"worker_lost"' in str(stored)
 
 
 def test_deleting_a_running_job_stops_it(

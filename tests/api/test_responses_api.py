@@ -336,7 +336,10 @@ def test_stateless_history_resends_keep_one_session(client: OpenAI, sim: SimServ
             model=sim.config.model,
             input=history,
             store=False,
-            tools=[{"type": "web_search"}, {"type": "namespace", "name": "ns", "tools": []}],
+            tools=[
+                {"type": "web_search"},
+                {"type": "namespace", "name": "ns", "description": "Codex's tools", "tools": []},
+            ],
         )
         sessions.append(sim.last("/v1/responses").headers["x-session-id"])
         history = history + [o.model_dump(exclude_none=True) for o in response.output]

@@ -172,10 +172,11 @@ def test_a_background_job_killed_mid_run_ends_failed_after_its_lease(
     processes.append(restarted)
     client = client_of(restarted, tenant)
     failed = wait_status(client, queued.id, TERMINAL)
-    assert failed.status == "failed" and failed.error.code == "worker_lost"
+    assert failed.status == "failed" and failed.error.code == "server_error"
     events = events_of(restarted, tenant, queued.id)
     assert [e["type"] for e in events[:2]] == ["response.created", "response.in_progress"]
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-2]["code"] == "worker_lost"
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     with pytest.raises(BadRequestError):
         client.responses.create(

@@ -108,7 +108,7 @@ def build_server(state: McpTestServer) -> MCPServer:
 def start_mcp_server() -> McpTestServer:
     state = McpTestServer(url="")
     app = build_server(state).streamable_http_app()
-    running = ThreadedServer(app).start()
+    running = ThreadedServer(app, strict=False).start()
     state.url = f"{running.url}/mcp"
     state._thread_server = running
     return state

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support import strict_wiring
 from tests.support.servers import free_port
 
 CLI = [sys.executable, "-m", "agentic_api.cli"]
@@ -82,6 +83,7 @@ class Process:
                 raise AssertionError(f"process exited during start-up:\n{self.output()}")
             try:
                 httpx.get(f"{self.url}/health", timeout=1)
+                strict_wiring.watch(self.url)
                 return
             except httpx.TransportError:
                 time.sleep(0.1)
@@ -91,6 +93,8 @@ class Process:
         """SIGKILL: no shutdown hook, no drain, no rollback but the database's own."""
         self.popen.send_signal(signal.SIGKILL)
         self.popen.wait(timeout=10)
+        if self.port is not None:
+            strict_wiring.unwatch(self.url)
 
     def stop(self) -> None:
         if self.popen.poll() is None:
@@ -99,6 +103,8 @@ class Process:
                 self.popen.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
+        if self.port is not None:
+            strict_wiring.unwatch(self.url)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

@@ -10,6 +10,7 @@ from typing import Any
 import uvicorn
 
 from agentic_api.http.protocol import CoalescingHttpToolsProtocol
+from tests.support import strict_wiring
 
 
 def free_port() -> int:
@@ -19,8 +20,12 @@ def free_port() -> int:
 
 
 class ThreadedServer:
-    def __init__(self, app: Any, port: int | None = None) -> None:
+    """``strict``: every reply the suite gets from it passes ``tests/support/strict.py``
+    (for our servers; the MCP test server and raw protocol apps opt out)."""
+
+    def __init__(self, app: Any, port: int | None = None, *, strict: bool = True) -> None:
         self.port = port or free_port()
+        self.strict = strict
         config = uvicorn.Config(
             app,
             host="127.0.0.1",
@@ -47,8 +52,12 @@ class ThreadedServer:
             if time.monotonic() > deadline:
                 raise RuntimeError("server did not start in time")
             time.sleep(0.02)
+        if self.strict:
+            strict_wiring.watch(self.url)
         return self
 
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=15)
+        if self.strict:
+            strict_wiring.unwatch(self.url)

@@ -182,6 +182,12 @@ class _Shaper:
             "input_tokens": self.prompt_len,
             "input_tokens_details": {
                 "cached_tokens": cached,
+                # vLLM 0.32 reports the prompt's full blocks it had to store (not the
+                # partial last block, not what was cached already).
+                "cache_write_tokens": max(
+                    self.prompt_len // self.config.block_size * self.config.block_size - cached,
+                    0,
+                ),
                 "input_tokens_per_turn": [self.prompt_len],
                 "cached_tokens_per_turn": [cached],
             },
@@ -384,7 +390,8 @@ def _item_events(index: int, item: Json, per_delta: int) -> list[Json]:
         {
             "type": "response.content_part.done",
             **where_part,
-            "part": {**empty_part, "text": text},
+            # As vLLM 0.32 sends it: the finished part's logprobs are null.
+            "part": {**empty_part, "text": text, "logprobs": None},
         },
         done,
     ]

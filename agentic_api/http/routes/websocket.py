@@ -25,7 +25,9 @@ from agentic_api.turns.connection_histories import ConnectionHistories, lane_his
 from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
 from agentic_api.turns.render import agentic_context_of
 from agentic_api.turns.run import TurnFailed, run_turn, run_without_model
+from agentic_api.wire.events import socket_error_frame, socket_event
 from agentic_api.wire.requests import parse_create_request
+from agentic_api.wire.status import CONTINUABLE_STATUSES
 
 router = APIRouter(tags=["responses"])
 log = get_logger("agentic_api.websocket")
@@ -62,19 +64,7 @@ class Session:
                 self.closed = True
 
     async def send_error(self, error: ApiError, stream_id: str | None) -> None:
-        frame: dict[str, Any] = {
-            "type": "error",
-            "status": error.status_code,
-            "error": {
-                "type": error.error_type,
-                "code": error.code,
-                "message": error.message,
-                "param": error.param,
-            },
-        }
-        if stream_id is not None:
-            frame["stream_id"] = stream_id
-        await self.send(frame)
+        await self.send(socket_error_frame(error, stream_id))
 
 
 @router.websocket("/v1/responses")
@@ -218,19 +208,7 @@ async def _serve_create(
         raise
 
     def tagged(event: dict[str, Any]) -> dict[str, Any]:
-        if event.get("type") == "error" and "error" not in event:
-            # Over the socket, errors carry their details nested, as OpenAI's do.
-            event = {
-                "type": "error",
-                "sequence_number": event.get("sequence_number"),
-                "error": {
-                    "type": "server_error",
-                    "code": event.get("code"),
-                    "message": event.get("message"),
-                    "param": event.get("param"),
-                },
-            }
-        return {**event, "stream_id": stream_id} if stream_id is not None else event
+        return socket_event(event, stream_id)
 
     if not generate:
         for prepared_event in await run_without_model(session.services, turn):
@@ -255,7 +233,7 @@ async def _serve_create(
         if request.previous_response_id:
             session.local.evict(request.previous_response_id)
         return
-    if final["status"] in ("completed", "incomplete"):
+    if final["status"] in CONTINUABLE_STATUSES:
         # What the model saw, which differs from the client's output when tools ran.
         seen = turn.model_output
         output = final["output"] if seen is None else [item.as_dict() for item in seen]
