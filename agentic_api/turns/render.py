@@ -157,15 +157,37 @@ def render_body(fields: dict[str, Any], items: Sequence[Item]) -> bytes:
 
 def upstream_bytes(item: Item) -> bytes | None:
     """An item as the upstream receives it: verbatim, except compaction items, which
-    model servers do not know and get as the message their summary stands for, and
-    items that carry nothing for the model, which are not sent at all (None): MCP
-    bookkeeping (tool listings, approval requests and answers) and the
-    ``compaction_trigger`` a compacting turn was asked with."""
+    model servers do not know and get as the message their summary stands for,
+    reasoning items, made acceptable to vLLM (``reasoning_for_model``), and items that
+    carry nothing for the model, which are not sent at all (None): MCP bookkeeping (tool
+    listings, approval requests and answers) and the ``compaction_trigger`` a compacting
+    turn was asked with.
+
+    Each is a function of the stored bytes alone, so every turn that replays an item
+    sends the model the same bytes for it and the upstream prefix stays identical."""
     if item.type == "compaction":
         return summary_message(item.as_dict())
     if item.type in CLIENT_ONLY_TYPES or item.type == COMPACTION_TRIGGER:
         return None
+    if item.type == "reasoning":
+        return reasoning_for_model(item)
     return item.data
+
+
+def reasoning_for_model(item: Item) -> bytes:
+    """A reasoning item as vLLM accepts it back. vLLM 0.32 refuses (400, "Encrypted
+    content is not supported") any item with a non-empty ``encrypted_content`` (Codex
+    sends back what OpenAI encrypted, opaque to any other model server) and requires a
+    ``summary`` list; it reads the readable parts, ``content`` else ``summary``. Those are
+    kept; the encrypted part is sent as null. The stored item (what the client sent, what
+    listings show and the prefix digest covers) is untouched."""
+    value = item.as_dict()
+    fixed = dict(value)
+    if fixed.get("encrypted_content"):
+        fixed["encrypted_content"] = None
+    if not isinstance(fixed.get("summary"), list):
+        fixed["summary"] = []
+    return item.data if fixed == value else canonical_json(fixed)
 
 
 def upstream_headers(lineage: ResponseLineage) -> dict[str, str]:

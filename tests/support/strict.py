@@ -151,14 +151,16 @@ def tolerating(rule: str) -> Iterator[None]:
 # -- the SDK's types, by the ``type`` each class declares -----------------------------------
 
 
-def _classes_by_type(union: Any) -> dict[str, type[BaseModel]]:
+def _classes_by_type(union: Any) -> dict[str, list[type[BaseModel]]]:
+    """The union's members by the ``type`` literal they declare (several for some:
+    ``message`` is an input or an output message in an item list)."""
     if typing.get_origin(union) is typing.Annotated:
         union = typing.get_args(union)[0]
-    found: dict[str, type[BaseModel]] = {}
+    found: dict[str, list[type[BaseModel]]] = {}
     for member in typing.get_args(union):
         annotation = member.model_fields["type"].annotation
         for literal in typing.get_args(annotation):
-            found.setdefault(literal, member)
+            found.setdefault(literal, []).append(member)
     return found
 
 
@@ -169,28 +171,36 @@ INPUT_ITEMS = _classes_by_type(ResponseItem)
 CONVERSATION_ITEMS = _classes_by_type(ConversationItem)
 
 
-def sdk_validate(model: type[BaseModel], value: Any, where: str) -> None:
+def _problems(model: type[BaseModel], value: Any) -> list[str]:
     try:
         model.model_validate(value)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
-            for error in exc.errors()[:5]
-        )
-    else:
-        return
-    fail(f"sdk.{model.__name__}", where, problems)
+        return [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()]
+    return []
 
 
-def _sdk_by_type(classes: Mapping[str, type[BaseModel]], value: Any, where: str, kind: str) -> None:
+def sdk_validate(model: type[BaseModel], value: Any, where: str) -> None:
+    problems = _problems(model, value)
+    if problems:
+        fail(f"sdk.{model.__name__}", where, "; ".join(problems[:5]))
+
+
+def _sdk_by_type(
+    classes: Mapping[str, list[type[BaseModel]]], value: Any, where: str, kind: str
+) -> None:
+    """Valid as one of the SDK classes its ``type`` names (the closest one is reported)."""
     if not isinstance(value, dict):
         fail(f"{kind}.object", where, f"expected an object, got {type(value).__name__}")
         return
-    model = classes.get(value.get("type"))  # type: ignore[arg-type]
-    if model is None:
+    candidates = classes.get(value.get("type"))  # type: ignore[arg-type]
+    if not candidates:
         fail(f"{kind}.type", where, f"type {value.get('type')!r} is not one the SDK knows")
         return
-    sdk_validate(model, value, where)
+    attempts = [(model, _problems(model, value)) for model in candidates]
+    if any(not problems for _, problems in attempts):
+        return
+    model, problems = min(attempts, key=lambda attempt: len(attempt[1]))
+    fail(f"sdk.{model.__name__}", where, "; ".join(problems[:5]))
 
 
 # -- JSON types, as a strict client sees them ------------------------------------------------

@@ -210,6 +210,23 @@ def test_bad_json_and_content_type_are_400(sim, http, path):
     assert r.status_code == 400
 
 
+def test_reasoning_with_encrypted_content_is_refused_as_vllm_does(sim, http):
+    """Recorded from vLLM 0.32 (tests/fixtures/vllm/errors.json): same status, same body."""
+    fixtures = json.loads((REPO_ROOT / "tests/fixtures/vllm/errors.json").read_text())
+    recorded = fixtures["item_reasoning_encrypted_content"]
+    body = {**recorded["request"], "model": MODEL}
+    r = http.post("/v1/responses", json=body)
+    assert (r.status_code, r.json()) == (recorded["status_code"], recorded["body"])
+
+
+def test_reasoning_items_without_encrypted_content_are_accepted(sim, http):
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": None}
+    body = {"model": MODEL, "input": [item, {"role": "user", "content": "hi"}]}
+    assert http.post("/v1/responses", json=body).status_code == 200
+    item["encrypted_content"] = ""  # vLLM tests truthiness: an empty string passes too
+    assert http.post("/v1/responses", json=body).status_code == 200
+
+
 @pytest.mark.parametrize("salt", ["x" * 129, "a@b", "a/b", "a\\b", "a\x00b", "", 7], ids=repr)
 def test_invalid_cache_salt_is_400(sim, http, salt):
     for path, body in (

@@ -65,7 +65,23 @@ def _validate(body: Mapping[str, Any], config: SimConfig) -> str | None:
         )
     check_cache_salt(salt)
     check_renderable(request_input)
+    if isinstance(request_input, list):
+        _check_reasoning(request_input)
     return salt
+
+
+def _check_reasoning(items: list[Any]) -> None:
+    """vLLM 0.32 refuses a reasoning item with any ``encrypted_content`` (a non-empty
+    string), as recorded in tests/fixtures/vllm/errors.json."""
+    for item in items:
+        if (
+            isinstance(item, dict)
+            and item.get("type") == "reasoning"
+            and item.get("encrypted_content")
+        ):
+            raise SimHTTPError(
+                400, "Encrypted content is not supported. (parameter=input)", param="input"
+            )
 
 
 def prepare(
