@@ -265,3 +265,69 @@ def test_input_tokens_agree_with_vllms_count(
             "vllm_usage": f"{first.usage.input_tokens},{second.usage.input_tokens}",
         }
     )
+
+
+def test_a_history_with_reasoning_items_runs_and_replays_its_prefix(
+    real_server: RunningServer, real_vllm: RealVllm, report: list[dict[str, Any]]
+) -> None:
+    """A Codex-style history holding reasoning items (encrypted content set, and null):
+    vLLM refuses encrypted content, so without the upstream normalization the first turn
+    is a 400. The continuation then reuses every full block of the first prompt."""
+    client = client_for(real_server, create_tenant(real_server.db_url))
+    nonce = uuid.uuid4().hex[:12]
+    history: list[Any] = [
+        {"type": "message", "role": "user", "content": user_text(1, nonce, notes=8)},
+        {
+            "type": "reasoning",
+            "id": f"rs_{nonce}_1",
+            "summary": [{"type": "summary_text", "text": "Read the notes."}],
+            "content": None,
+            "encrypted_content": "gAAAAB-opaque-" + nonce,
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": f"msg_{nonce}",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Reviewing.", "annotations": []}],
+        },
+        {
+            "type": "reasoning",
+            "id": f"rs_{nonce}_2",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "module_3 first."}],
+            "encrypted_content": None,
+        },
+        {"type": "message", "role": "user", "content": "Go on."},
+    ]
+    first = client.responses.create(
+        model=real_vllm.model,
+        input=history,
+        instructions=INSTRUCTIONS,
+        temperature=0,
+        max_output_tokens=8,
+    )
+    assert first.status in ("completed", "incomplete")
+    listed = client.responses.input_items.list(first.id, order="asc").data
+    assert listed[1].encrypted_content == "gAAAAB-opaque-" + nonce  # stored as sent
+    second = client.responses.create(
+        model=real_vllm.model,
+        input="And then?",
+        previous_response_id=first.id,
+        instructions=INSTRUCTIONS,
+        temperature=0,
+        max_output_tokens=8,
+    )
+    ideal = min(
+        blocks(first.usage.input_tokens, real_vllm.block_size),
+        blocks(second.usage.input_tokens - 1, real_vllm.block_size),
+    )
+    assert cached(second) == ideal
+    report.append(
+        {
+            "case": f"reasoning_replay/{real_server.backend}",
+            "input_tokens": second.usage.input_tokens,
+            "cached": cached(second),
+            "ideal": ideal,
+        }
+    )
