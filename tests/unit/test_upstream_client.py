@@ -78,8 +78,21 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 async def client_of(
     handler: Handler, *, host: str = "127.0.0.1", path: str = "", **options: Any
 ) -> AsyncIterator[UpstreamClient]:
-    """An UpstreamClient pointed at a raw TCP server on loopback answering with ``handler``."""
-    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    """An UpstreamClient pointed at a raw TCP server on loopback answering with ``handler``.
+
+    On exit the handlers still running are cancelled and their connections closed (an
+    unclosed transport is a ResourceWarning, an error in this suite)."""
+    handlers: set[asyncio.Task[None]] = set()
+    writers: list[asyncio.StreamWriter] = []
+
+    async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        writers.append(writer)
+        await handler(reader, writer)
+
+    server = await asyncio.start_server(tracked, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     client = UpstreamClient(f"http://{host}:{port}{path}", **options)
     try:
@@ -87,6 +100,12 @@ async def client_of(
     finally:
         await client.aclose()
         server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        for writer in writers:
+            writer.close()
+        await server.wait_closed()
 
 
 async def test_answer_cut_after_the_request_was_sent_is_interrupted() -> None:
