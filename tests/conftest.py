@@ -16,6 +16,7 @@ from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade
 from tests.support import strict, strict_wiring
+from tests.support.clients import close_all, openai_client
 from tests.support.databases import create_pg_database, drop_pg_database, sqlite_url
 from tests.support.servers import ThreadedServer
 from tests.support.tenants import TenantKeys, create_tenant
@@ -103,20 +104,13 @@ class RunningServer:
     backend: str
 
     def client(self, tenant: TenantKeys, **kwargs: object) -> OpenAI:
-        client = OpenAI(base_url=f"{self.url}/v1", api_key=tenant.api_key, max_retries=0, **kwargs)  # type: ignore[arg-type]
-        # Closed when the test ends: an unclosed socket is a ResourceWarning, an error here.
-        _open_clients.append(client)
-        return client
-
-
-_open_clients: list[OpenAI] = []
+        return openai_client(f"{self.url}/v1", tenant.api_key, **kwargs)
 
 
 @pytest.fixture(autouse=True)
 def _close_clients() -> Iterator[None]:
     yield
-    while _open_clients:
-        _open_clients.pop().close()
+    close_all()
 
 
 @contextmanager

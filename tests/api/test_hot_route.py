@@ -10,11 +10,11 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.routing import APIRoute
-from openai import OpenAI
 
 from agentic_api.app import create_app
 from agentic_api.http import hot_route
 from tests.conftest import server_settings
+from tests.support.clients import openai_client
 from tests.support.databases import sqlite_url
 from tests.support.servers import ThreadedServer
 from tests.support.tenants import create_tenant
@@ -52,7 +52,7 @@ def test_creates_skip_the_router_and_everything_else_goes_through_it(
     served: tuple[str, str, list[tuple[str, str]]], sim: SimServer
 ) -> None:
     url, key, routed = served
-    client = OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+    client = openai_client(f"{url}/v1", key)
     sim.push(Reply("one"), Reply("two"))
     first = client.responses.create(model=sim.config.model, input="hi")
     second = client.responses.create(

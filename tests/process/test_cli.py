@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import strict_wiring
 from tests.support.servers import free_port
 from tests.upstream_sim import SimServer
 
@@ -69,6 +70,7 @@ def test_tenant_lifecycle_and_serve(cli_env: dict[str, str], sim: SimServer) -> 
         revoked = httpx.get(f"{base}/v1/models", headers={"authorization": f"Bearer {second_key}"})
         assert revoked.status_code == 401
     finally:
+        strict_wiring.unwatch(base)
         server.terminate()
         output, _ = server.communicate(timeout=30)
     assert key not in output and second_key not in output
@@ -94,6 +96,7 @@ def test_single_tenant_mode_needs_no_key(cli_env: dict[str, str], sim: SimServer
         _wait_up(base, server)
         assert httpx.get(f"{base}/v1/models").status_code == 200
     finally:
+        strict_wiring.unwatch(base)
         server.terminate()
         server.wait(timeout=30)
 
@@ -104,6 +107,8 @@ def _wait_up(base: str, process: subprocess.Popen[str] | subprocess.Popen[bytes]
         assert process.poll() is None, "server exited during start-up"
         try:
             httpx.get(f"{base}/health", timeout=1)
+            # Our server: everything it answers passes the strict wire checks.
+            strict_wiring.watch(base)
             return
         except httpx.TransportError:
             time.sleep(0.1)
@@ -148,6 +153,7 @@ def test_serve_with_several_worker_processes(cli_env: dict[str, str], sim: SimSe
             assert reply.status_code == 200, reply.text
             previous = reply.json()["id"]
     finally:
+        strict_wiring.unwatch(base)
         server.terminate()
         output, _ = server.communicate(timeout=30)
     assert output.count("Started server process") == 2

@@ -15,6 +15,7 @@ import pytest
 from openai import BadRequestError, NotFoundError, OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.clients import openai_client
 from tests.support.processes import Process, process_env
 from tests.support.sql import scalar
 from tests.support.tenants import TenantKeys, create_tenant
@@ -49,7 +50,7 @@ def processes() -> Iterator[list[Process]]:
 
 
 def client_of(process: Process, tenant: TenantKeys) -> OpenAI:
-    return OpenAI(base_url=f"{process.url}/v1", api_key=tenant.api_key, max_retries=0, timeout=20)
+    return openai_client(f"{process.url}/v1", tenant.api_key, timeout=20)
 
 
 def wait_status(client: OpenAI, response_id: str, wanted: set[str], timeout: float = 20) -> Any:
