@@ -36,6 +36,7 @@ from openai.types.responses import (
     CompactedResponse,
     InputTokenCountResponse,
     Response,
+    ResponseInputItem,
     ResponseOutputItem,
     ResponseStreamEvent,
 )
@@ -167,7 +168,12 @@ def _classes_by_type(union: Any) -> dict[str, list[type[BaseModel]]]:
 STREAM_EVENTS = _classes_by_type(ResponseStreamEvent)
 SOCKET_EVENTS = _classes_by_type(ResponsesServerEvent)
 OUTPUT_ITEMS = _classes_by_type(ResponseOutputItem)
-INPUT_ITEMS = _classes_by_type(ResponseItem)
+# What ``input_items`` lists: the SDK's listed item types, and for a type only its input
+# union knows (``compaction_trigger``), that input item as the client sent it.
+INPUT_ITEMS = {
+    **_classes_by_type(ResponseInputItem),
+    **_classes_by_type(ResponseItem),
+}
 CONVERSATION_ITEMS = _classes_by_type(ConversationItem)
 
 
@@ -566,6 +572,14 @@ def _admin_id_key(page: Mapping[str, Any]) -> str:
 # Probes whose body is a report of their own in every status (``/ready`` answers 503
 # with what is failing).
 NOT_OPENAI_BODIES = frozenset({"/health", "/ready"})
+# Routes of another API's shapes (Anthropic's Messages API), with tests of their own.
+FOREIGN_PREFIXES = ("/v1/messages",)
+
+
+def is_openai_route(path: str) -> bool:
+    return path not in NOT_OPENAI_BODIES and not path.startswith(FOREIGN_PREFIXES)
+
+
 _ID = r"[^/]+"
 # (method, path pattern, check of a 2xx JSON body). Routes outside /v1 and /admin are not
 # OpenAI objects (health, metrics, the OpenAPI document) and only their errors are checked.
@@ -624,7 +638,7 @@ def check_json_reply(method: str, path: str, status: int, data: bytes) -> None:
     except orjson.JSONDecodeError:
         fail("json.decode", where, f"undecodable body {data[:200]!r}")
         return
-    if path in NOT_OPENAI_BODIES:
+    if not is_openai_route(path):
         return
     if status >= 400:
         check_error_body(body, where)

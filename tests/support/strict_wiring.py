@@ -109,8 +109,10 @@ class _Reply:
         self.status = response.status_code
         self.where = f"{self.method} {self.path}"
         media = response.headers.get("content-type", "").split(";")[0].strip()
-        self.sse = SseChecker(self.where) if media == "text/event-stream" else None
-        self.json = media == "application/json"
+        ours = strict.is_openai_route(self.path)
+        self.sse = SseChecker(self.where) if ours and media == "text/event-stream" else None
+        self.json = ours and media == "application/json"
+        self.ours = ours
         self.body = bytearray()
 
     def feed(self, chunk: bytes) -> None:
@@ -124,7 +126,7 @@ class _Reply:
             self.sse.close()
         elif self.json:
             strict.check_json_reply(self.method, self.path, self.status, bytes(self.body))
-        elif self.status >= 400 and self.path.startswith(("/v1/", "/admin/")):
+        elif self.ours and self.status >= 400 and self.path.startswith(("/v1/", "/admin/")):
             strict.fail("error.media", self.where, f"error reply without JSON ({self.status})")
 
 
