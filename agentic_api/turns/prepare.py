@@ -36,6 +36,7 @@ from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import base_response
+from agentic_api.wire.status import CONTINUABLE_STATUSES
 from lineage import (
     CONTENT_SESSION_ITEMS,
     ExecutionFingerprint,
@@ -47,7 +48,7 @@ from lineage import (
     resolve_lineage,
 )
 
-CONTINUABLE = frozenset({"completed", "incomplete"})
+CONTINUABLE = CONTINUABLE_STATUSES
 
 
 @dataclass(frozen=True)
