@@ -55,18 +55,19 @@ def request_hash(value: Any) -> str:
     return sha256_hex(canonical_json(value))
 
 
-def json_outcome(final: dict[str, Any]) -> Outcome:
+def json_outcome(final: dict[str, Any], reason: dict[str, Any] | None = None) -> Outcome:
     """What a non-streaming create answered: the Response object, or for a stored
-    failure the same error the route raised."""
+    failure the same error the route raised (``reason``: the row's own error, whose code
+    says more than the Response object's may)."""
     if final.get("status") != "failed":
         return Outcome("json", 200, final, final.get("id"))
-    error = turn_failed_error(final)
+    error = turn_failed_error(final, reason)
     return Outcome("json", error.status_code, error.body(), final.get("id"))
 
 
-def turn_failed_error(final: dict[str, Any]) -> ApiError:
+def turn_failed_error(final: dict[str, Any], reason: dict[str, Any] | None = None) -> ApiError:
     stored = final.get("error") or {}
-    code = stored.get("code")
+    code = (reason or stored).get("code")
     return ApiError(
         f"Response '{final.get('id')}' failed: {stored.get('message')}",
         status_code=_FAILURE_STATUS.get(str(code), 502),
@@ -102,7 +103,10 @@ class Claim:
         """A commit step recording the turn's outcome (``json`` or ``stream``)."""
 
         async def record(session: AsyncSession, row: Response) -> None:
-            outcome = stream_outcome(row.id) if kind == "stream" else json_outcome(row.body)
+            if kind == "stream":
+                outcome = stream_outcome(row.id)
+            else:
+                outcome = json_outcome(row.body, row.error)
             await self.complete_in(session, outcome)
 
         return record

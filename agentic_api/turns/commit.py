@@ -103,11 +103,17 @@ async def commit_turn(
     *,
     histories: VerifiedHistories,
     tokens: TokenRecord | None = None,
+    failure: dict[str, Any] | None = None,
 ) -> None:
     """Stores the turn; once committed, its history is kept in ``histories``.
-    ``tokens``: its token artifact and reuse account (turns/tokens.py), stored with it."""
+    ``tokens``: its token artifact and reuse account (turns/tokens.py), stored with it.
+    ``failure``: for a failed turn, our error as the client got it (its own code, e.g.
+    ``commit_failed``), kept in the row's ``error`` so a keyed retry answers the same
+    error; the Response object's ``error`` carries only a code OpenAI's schema allows."""
     visible = [*turn.prompt_items, *output] if final["status"] in CONTINUABLE else []
     row, items = build_row(turn, final, output, visible)
+    if failure is not None:
+        row.error = failure
     artifact = None
     if tokens is not None:
         row.token_account = tokens.account.to_dict()

@@ -215,6 +215,7 @@ async def fail_turn(
                 [],
                 [*events, terminal] if turn.records_events else None,
                 histories=services.histories,
+                failure=failure.body()["error"],
             )
         except Exception:
             log.exception("could not record the failed response", response_id=turn.response_id)
