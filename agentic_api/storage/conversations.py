@@ -14,7 +14,7 @@ another (both claim their range in the same row update that bumps the version).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import delete, insert, select, update
@@ -41,11 +41,9 @@ class StoredConversationItem:
     data: str
 
 
-_ITEM_COLUMNS = (
-    ConversationItem.position,
-    ConversationItem.item_id,
-    ConversationItem.type,
-    ConversationItem.data,
+# Its fields name the columns read, in order (rows become items positionally).
+_ITEM_COLUMNS = tuple(
+    getattr(ConversationItem, field.name) for field in fields(StoredConversationItem)
 )
 
 

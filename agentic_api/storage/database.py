@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import cached_property
 from typing import Any
 
 from sqlalchemy import event, text
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from agentic_api.metrics import DB_STATEMENTS, DB_TRANSACTION_DURATION
+from agentic_api.metrics import DB_STATEMENTS
 from agentic_api.storage.engine import create_engine
 from agentic_api.storage.errors import DatabaseBusy
+from agentic_api.storage.timing import timed_transaction
 from agentic_api.storage.turn_store import TurnStore, open_turn_store
 
 __all__ = ["Database", "DatabaseBusy"]
@@ -67,37 +66,22 @@ class Database:
     async def _read(
         self, sessions: async_sessionmaker[AsyncSession]
     ) -> AsyncIterator[AsyncSession]:
-        started = time.perf_counter()
-        try:
+        with timed_transaction("read"):
             async with sessions() as session:
                 yield session
-        except DBAPIError as exc:
-            if _is_lock_timeout(exc):
-                raise DatabaseBusy() from exc
-            raise
-        finally:
-            DB_TRANSACTION_DURATION.labels("read").observe(time.perf_counter() - started)
 
     @asynccontextmanager
     async def _write(
         self, sessions: async_sessionmaker[AsyncSession]
     ) -> AsyncIterator[AsyncSession]:
-        started = time.perf_counter()
-        try:
+        with timed_transaction("write"):
             async with sessions() as session:
                 try:
                     yield session
                     await session.commit()
-                except DBAPIError as exc:
-                    await session.rollback()
-                    if _is_lock_timeout(exc):
-                        raise DatabaseBusy() from exc
-                    raise
                 except BaseException:
                     await session.rollback()
                     raise
-        finally:
-            DB_TRANSACTION_DURATION.labels("write").observe(time.perf_counter() - started)
 
     async def ping(self) -> None:
         async with self.engine.connect() as connection:
@@ -122,10 +106,7 @@ def _sessionmakers(
     )
 
 
-def _is_lock_timeout(exc: DBAPIError) -> bool:
-    message = str(exc.orig).lower()
-    return "database is locked" in message or "lock timeout" in message
-
-
 def _count_statement(*_args: Any) -> None:
+    # Sessions' statements are counted as they run; the turn store counts its own
+    # (storage/timing.py).
     DB_STATEMENTS.inc()

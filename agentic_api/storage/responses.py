@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import (
@@ -22,7 +22,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import BindParameter
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
+from agentic_api.storage.turn_rows import (
+    LIVE_CHECKPOINT,
+    LIVE_RESPONSE,
+    NewItem,
+    event_values,
+    item_values,
+    response_values,
+)
 from agentic_api.storage.types import utcnow
+
+# Callers hand the repository NewItem; it is defined with the rows a turn writes.
+__all__ = ["NewItem", "ResponseRepository", "StoredItem"]
 
 # Identity, creation time and deletion of a reserved row outlive its completion.
 _KEPT_ON_COMPLETION = frozenset({"id", "tenant_id", "created_at", "deleted_at"})
@@ -30,7 +41,7 @@ _KEPT_ON_COMPLETION = frozenset({"id", "tenant_id", "created_at", "deleted_at"})
 
 @dataclass(frozen=True)
 class StoredItem:
-    """One item row, in the column order of ``_ITEM_COLUMNS``."""
+    """One item row as read back; its fields name the columns selected, in order."""
 
     response_id: str
     position: int
@@ -40,22 +51,7 @@ class StoredItem:
     data: str
 
 
-_ITEM_COLUMNS = (
-    ResponseItem.response_id,
-    ResponseItem.position,
-    ResponseItem.item_id,
-    ResponseItem.role,
-    ResponseItem.type,
-    ResponseItem.data,
-)
-
-
-@dataclass(frozen=True)
-class NewItem:
-    item_id: str
-    role: str
-    type: str
-    data: str
+_ITEM_COLUMNS = tuple(getattr(ResponseItem, field.name) for field in fields(StoredItem))
 
 
 class ResponseRepository:
@@ -71,7 +67,7 @@ class ResponseRepository:
         does not need and which are the largest part of the row."""
         params = {"tenant_id": tenant_id, "response_id": response_id}
         if documents:
-            return (await self.session.execute(_LIVE_RESPONSE, params)).scalar_one_or_none()
+            return (await self.session.execute(LIVE_RESPONSE, params)).scalar_one_or_none()
         # A continuation only reads the row, once, so it skips the ORM's identity map and
         # loading machinery: a plain row turned into a detached Response.
         connection = await self.session.connection()
@@ -100,11 +96,8 @@ class ResponseRepository:
     async def insert(self, response: Response, items: Sequence[NewItem]) -> None:
         # A plain INSERT of the attributes set (the ORM's unit of work costs more than the
         # statement on every turn); unset columns take their defaults as with session.add.
-        values = {
-            key: value for key, value in vars(response).items() if key in RESPONSE_COLUMN_KEYS
-        }
         connection = await self.session.connection()
-        await connection.execute(insert(Response), values)
+        await connection.execute(insert(Response), response_values(response))
         await self._insert_items(response.id, response.tenant_id, 0, items)
 
     async def _insert_items(
@@ -113,19 +106,7 @@ class ResponseRepository:
         if items:
             connection = await self.session.connection()
             await connection.execute(
-                insert(ResponseItem),
-                [
-                    {
-                        "response_id": response_id,
-                        "position": position,
-                        "tenant_id": tenant_id,
-                        "item_id": item.item_id,
-                        "role": item.role,
-                        "type": item.type,
-                        "data": item.data,
-                    }
-                    for position, item in enumerate(items, start=first_position)
-                ],
+                insert(ResponseItem), item_values(response_id, tenant_id, first_position, items)
             )
 
     async def get_any(self, tenant_id: str, response_id: str) -> Response | None:
@@ -200,10 +181,7 @@ class ResponseRepository:
 
     async def add_events(self, response_id: str, events: Sequence[tuple[int, str]]) -> None:
         if events:
-            await self.session.execute(
-                insert(ResponseEvent),
-                [{"response_id": response_id, "sequence_number": s, "data": d} for s, d in events],
-            )
+            await self.session.execute(insert(ResponseEvent), event_values(response_id, events))
 
     async def events(self, response_id: str, after: int | None) -> Sequence[tuple[int, str]]:
         query = (
@@ -306,21 +284,3 @@ _CHAIN_ROOT = (
     .order_by(_CHAIN.c.hops.desc())
     .limit(1)
 )
-# Shared with storage/turn_store/statements.py, which runs the same statements on a driver
-# connection.
-RESPONSE_COLUMN_KEYS = frozenset(column.key for column in Response.__table__.columns)
-_LIVE = (
-    Response.id == bindparam("response_id"),
-    Response.tenant_id == bindparam("tenant_id"),
-    Response.deleted_at.is_(None),
-)
-_LIVE_RESPONSE = select(Response).where(*_LIVE)
-# A live response of a tenant without its stored object and request (what a
-# continuation reads of its parent).
-LIVE_CHECKPOINT = select(
-    *(
-        column
-        for column in Response.__table__.columns
-        if column.key not in ("body", "request", "token_account")
-    )
-).where(*_LIVE)

@@ -43,6 +43,8 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
 from sqlalchemy.util import EMPTY_DICT
 from sqlalchemy.util.concurrency import await_
 
+from agentic_api.storage.errors import is_busy
+
 ONE_HOP_DRIVER = "agentic_aiosqlite"
 INLINE_DRIVER = "agentic_inline"
 # The inline driver's overall wait for a lock held elsewhere (as busy_timeout would).
@@ -269,13 +271,6 @@ async def run_when_unlocked(attempt: Callable[[], T]) -> T:
                 raise
         await asyncio.sleep(backoff)
         backoff = min(backoff * 2, _MAX_BACKOFF_SECONDS)
-
-
-def is_busy(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return (code & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-    return "database is locked" in str(exc)
 
 
 class InlineDbapi(AsyncAdapt_aiosqlite_dbapi):

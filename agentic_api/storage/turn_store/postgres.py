@@ -7,39 +7,43 @@ repositories write and read. Each is one statement in autocommit, so one round t
 the checkpoint a plain SELECT; the insert the row's INSERT with the items and events
 inserted from arrays in data-modifying CTEs of the same statement (atomic as any
 statement; the items' and events' foreign keys are checked at its end, when the row is
-there). As a BEGIN / INSERT / INSERT / COMMIT transaction it had taken four.
+there). As a BEGIN / INSERT / INSERT / COMMIT transaction it had taken four. That
+statement's item and event parts are generated from the same column tuples
+(``storage/turn_rows.py``), one array per column of their own.
 """
 
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import FromClause, Table
+from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from agentic_api.metrics import DB_STATEMENTS, DB_TRANSACTION_DURATION
-from agentic_api.storage.models import Response, TokenArtifactRow
-from agentic_api.storage.responses import NewItem
-from agentic_api.storage.turn_store.statements import EVENT_KEYS, ITEM_KEYS, TurnStatements
+from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
+from agentic_api.storage.timing import timed_transaction
+from agentic_api.storage.turn_rows import COPIED_FROM_RESPONSE, EVENT_COLUMNS, ITEM_COLUMNS, NewItem
+from agentic_api.storage.turn_store.statements import RowInsert, TurnInsert, TurnStatements
 
 
 class PostgresTurnStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._statements = TurnStatements(engine.dialect)
+        self._items = _ArrayInsert(ResponseItem.__table__, ITEM_COLUMNS, "item", engine.dialect)
+        self._events = _ArrayInsert(ResponseEvent.__table__, EVENT_COLUMNS, "event", engine.dialect)
+        # The whole statement, by responses INSERT (parameters number on from its own) and
+        # whether a token artifact is stored with it.
+        self._one_statements: dict[tuple[str, bool], str] = {}
 
     async def checkpoint(self, tenant_id: str, response_id: str) -> Response | None:
         read = self._statements.checkpoint(tenant_id, response_id)
-        started = time.perf_counter()
-        try:
+        with timed_transaction("read", statements=1):
             async with self._engine.connect() as connection:
                 driver = await _driver(connection)
                 raw = await driver.fetchrow(read.sql, *read.parameters)
-        finally:
-            DB_STATEMENTS.inc()
-            DB_TRANSACTION_DURATION.labels("read").observe(time.perf_counter() - started)
         return None if raw is None else self._statements.checkpoint_row(tuple(raw))
 
     async def insert(
@@ -49,79 +53,99 @@ class PostgresTurnStore:
         events: Sequence[tuple[int, str]],
         artifact: TokenArtifactRow | None = None,
     ) -> None:
-        row_insert, *rows = self._statements.insert(row, items, events)
-        item_rows: list[tuple[Any, ...]] = next(
-            (b.parameters for b in rows if b.sql.startswith(_ITEMS)), []
-        )
-        event_rows: list[tuple[Any, ...]] = next(
-            (b.parameters for b in rows if b.sql.startswith(_EVENTS)), []
-        )
-        first = len(row_insert.parameters)
-        extra = ""
-        artifact_parameters: tuple[Any, ...] = ()
-        if artifact is not None:
-            # The artifact's own compiled INSERT, its placeholders moved past the others'.
-            artifact_insert = self._statements.artifact_insert(artifact)
-            extra = _ARTIFACT.format(sql=_shift_placeholders(artifact_insert.sql, first + 7))
-            artifact_parameters = artifact_insert.parameters
-        sql = _ONE_STATEMENT.format(
-            row_insert=row_insert.sql,
-            artifact=extra,
-            **{f"p{i}": f"${first + i}" for i in range(1, 8)},
-        )
-        item_columns = _columns(item_rows, len(ITEM_KEYS))
-        event_columns = _columns(event_rows, len(EVENT_KEYS))
-        parameters = [
-            *row_insert.parameters,
-            # positions, item ids, roles, types, data (the response and tenant come from
-            # the row); then sequence numbers and data.
-            *item_columns[1:2],
-            *item_columns[3:],
-            *event_columns[1:],
-            *artifact_parameters,
-        ]
-        started = time.perf_counter()
-        try:
+        turn = self._statements.insert(row, items, events, artifact)
+        response = turn.response
+        shape = (response.sql, turn.artifact is not None)
+        sql = self._one_statements.get(shape)
+        if sql is None:
+            sql = self._one_statement(turn)
+            self._one_statements[shape] = sql
+        parameters = [*response.parameters, *self._items.arrays(turn.items)]
+        parameters += self._events.arrays(turn.events)
+        if turn.artifact is not None:
+            parameters += turn.artifact.parameters
+        with timed_transaction("write", statements=1):
             async with self._engine.connect() as connection:
                 driver = await _driver(connection)
                 await driver.execute(sql, *parameters)
-        finally:
-            DB_STATEMENTS.inc()
-            DB_TRANSACTION_DURATION.labels("write").observe(time.perf_counter() - started)
+
+    def _one_statement(self, turn: TurnInsert) -> str:
+        """The response's INSERT as compiled ($1 ... $n), the items' INSERT from arrays, the
+        token artifact's INSERT as compiled (its placeholders renumbered to follow the
+        arrays'), and the events' INSERT from arrays: data-modifying CTEs of one statement."""
+        first_item = len(turn.response.parameters) + 1
+        first_event = first_item + len(self._items.own_columns)
+        before_artifact = first_event + len(self._events.own_columns) - 1
+        copied = ", ".join(dict.fromkeys(COPIED_FROM_RESPONSE.values()))
+        parts = [
+            f"WITH response AS ({turn.response.sql} RETURNING {copied})",
+            f"items AS ({self._items.sql(first_parameter=first_item)})",
+        ]
+        if turn.artifact is not None:
+            parts.append(f"artifact AS ({_renumbered(turn.artifact.sql, by=before_artifact)})")
+        return ",\n".join(parts) + "\n" + self._events.sql(first_parameter=first_event)
 
     def close(self) -> None:
         return None
 
 
-_ITEMS = "INSERT INTO response_items"
-_EVENTS = "INSERT INTO response_events"
-# The row's insert as compiled ($1 ... $n), then the items and events as arrays.
-_ONE_STATEMENT = """WITH response AS ({row_insert} RETURNING id, tenant_id),
-items AS (
-  INSERT INTO response_items (response_id, position, tenant_id, item_id, role, type, data)
-  SELECT response.id, item.position, response.tenant_id, item.item_id, item.role, item.type,
-         item.data
-  FROM response,
-       unnest({p1}::integer[], {p2}::text[], {p3}::text[], {p4}::text[], {p5}::text[])
-         AS item(position, item_id, role, type, data)
-){artifact}
-INSERT INTO response_events (response_id, sequence_number, data)
-SELECT response.id, event.sequence_number, event.data
-FROM response, unnest({p6}::integer[], {p7}::text[]) AS event(sequence_number, data)"""
+class _ArrayInsert:
+    """An INSERT of many rows of ``table`` that takes each of their own columns as one
+    array parameter (the columns copied from the response come from the ``response`` CTE)."""
+
+    def __init__(
+        self, table: FromClause, columns: Sequence[str], alias: str, dialect: Dialect
+    ) -> None:
+        assert isinstance(table, Table)
+        self._table = table
+        self._columns = tuple(columns)
+        self._alias = alias
+        self._quote = dialect.identifier_preparer.quote
+        self.own_columns = tuple(c for c in self._columns if c not in COPIED_FROM_RESPONSE)
+        # Worked out here, so a column without an array type fails at startup.
+        self._array_types = tuple(_array_type(table, column) for column in self.own_columns)
+
+    def sql(self, *, first_parameter: int) -> str:
+        quote, alias = self._quote, self._alias
+        selected = ", ".join(
+            f"response.{quote(COPIED_FROM_RESPONSE[c])}"
+            if c in COPIED_FROM_RESPONSE
+            else f"{alias}.{quote(c)}"
+            for c in self._columns
+        )
+        arrays = ", ".join(
+            f"${first_parameter + index}::{array_type}"
+            for index, array_type in enumerate(self._array_types)
+        )
+        return (
+            f"INSERT INTO {quote(self._table.name)} ({', '.join(map(quote, self._columns))}) "
+            f"SELECT {selected} FROM response, unnest({arrays}) "
+            f"AS {alias}({', '.join(map(quote, self.own_columns))})"
+        )
+
+    def arrays(self, rows: RowInsert) -> list[list[Any]]:
+        """The statement's array parameters for these rows (empty arrays for none)."""
+        return [rows.column(column) for column in self.own_columns]
 
 
-_ARTIFACT = """,
-artifact AS ({sql})"""
+def _array_type(table: Table, column: str) -> str:
+    # text, not varchar(n): a cast to varchar(n) would truncate a value silently, where
+    # the insert into the column refuses one that is too long.
+    python_type = table.c[column].type.python_type
+    if python_type is int:
+        return "integer[]"
+    if python_type is str:
+        return "text[]"
+    raise TypeError(f"no array type for {table.name}.{column} ({python_type.__name__})")
+
+
 _PLACEHOLDER = re.compile(r"\$(\d+)")
 
 
-def _shift_placeholders(sql: str, by: int) -> str:
+def _renumbered(sql: str, *, by: int) -> str:
+    """A compiled statement's positional placeholders ($1 ...) moved on by ``by``, for
+    placing it after others in one statement (compiled SQL has no other ``$`` tokens)."""
     return _PLACEHOLDER.sub(lambda found: f"${int(found.group(1)) + by}", sql)
-
-
-def _columns(rows: Sequence[Sequence[Any]], width: int) -> list[list[Any]]:
-    """Rows of parameters as one list per column."""
-    return [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * width
 
 
 async def _driver(connection: AsyncConnection) -> Any:

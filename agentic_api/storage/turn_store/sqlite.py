@@ -24,19 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy.engine import Dialect
 
-from agentic_api.metrics import DB_STATEMENTS, DB_TRANSACTION_DURATION
-from agentic_api.storage.errors import DatabaseBusy
 from agentic_api.storage.models import Response, TokenArtifactRow
-from agentic_api.storage.responses import NewItem
-from agentic_api.storage.sqlite.drivers import is_busy, run_when_unlocked
+from agentic_api.storage.sqlite.drivers import run_when_unlocked
 from agentic_api.storage.sqlite.pragmas import SQLITE_BUSY_TIMEOUT_MS, connection_pragmas
-from agentic_api.storage.turn_store.statements import Batch, TurnStatements
+from agentic_api.storage.timing import timed_transaction
+from agentic_api.storage.turn_rows import NewItem
+from agentic_api.storage.turn_store.statements import TurnInsert, TurnStatements
 
 CHECKPOINT_EVERY_COMMITS = 100
 
@@ -57,17 +55,10 @@ class SqliteTurnStore:
     async def checkpoint(self, tenant_id: str, response_id: str) -> Response | None:
         read = self._statements.checkpoint(tenant_id, response_id)
         cursor = self._read_connection().cursor()
-        started = time.perf_counter()
-        try:
+        with timed_transaction("read", statements=1):
             raw = await run_when_unlocked(
                 lambda: cursor.execute(read.sql, read.parameters).fetchone()
             )
-        except sqlite3.OperationalError as exc:
-            _raise_busy_if(exc)
-            raise
-        finally:
-            DB_STATEMENTS.inc()
-            DB_TRANSACTION_DURATION.labels("read").observe(time.perf_counter() - started)
         return None if raw is None else self._statements.checkpoint_row(raw)
 
     async def insert(
@@ -77,18 +68,10 @@ class SqliteTurnStore:
         events: Sequence[tuple[int, str]],
         artifact: TokenArtifactRow | None = None,
     ) -> None:
-        batches = self._statements.insert(row, items, events, artifact)
-        started = time.perf_counter()
-        try:
-            await asyncio.get_running_loop().run_in_executor(
-                self._writer_thread, self._write, batches
-            )
-        except sqlite3.OperationalError as exc:
-            _raise_busy_if(exc)
-            raise
-        finally:
-            DB_STATEMENTS.inc(1 + len(batches))
-            DB_TRANSACTION_DURATION.labels("write").observe(time.perf_counter() - started)
+        turn = self._statements.insert(row, items, events, artifact)
+        # BEGIN counts as one, as it does through SQLAlchemy; COMMIT, as there, does not.
+        with timed_transaction("write", statements=1 + turn.statement_count):
+            await asyncio.get_running_loop().run_in_executor(self._writer_thread, self._write, turn)
         self._after_commit()
 
     def _after_commit(self) -> None:
@@ -103,7 +86,7 @@ class SqliteTurnStore:
     def _checkpoint_done(self, _done: object) -> None:
         self._checkpointing = False
 
-    def _write(self, batches: Sequence[Batch]) -> None:
+    def _write(self, turn: TurnInsert) -> None:
         """On the writer thread: one transaction, committed or rolled back."""
         if self._writer is None:
             self._writer = _connect(
@@ -113,11 +96,12 @@ class SqliteTurnStore:
         cursor = connection.cursor()
         cursor.execute("BEGIN IMMEDIATE")
         try:
-            for batch in batches:
-                if batch.many:
-                    cursor.executemany(batch.sql, batch.parameters)
-                else:
-                    cursor.execute(batch.sql, batch.parameters)
+            cursor.execute(turn.response.sql, turn.response.parameters)
+            for rows in (turn.items, turn.events):
+                if rows.rows:
+                    cursor.executemany(rows.sql, rows.rows)
+            if turn.artifact is not None:
+                cursor.execute(turn.artifact.sql, turn.artifact.parameters)
             cursor.execute("COMMIT")
         except BaseException:
             if connection.in_transaction:
@@ -174,9 +158,3 @@ def _connect(
     for pragma in pragmas:
         connection.execute(pragma)
     return connection
-
-
-def _raise_busy_if(exc: sqlite3.OperationalError) -> None:
-    """A lock that stayed held past the busy timeout is a 503 ``database_busy``."""
-    if is_busy(exc):
-        raise DatabaseBusy() from exc

@@ -6,6 +6,10 @@ context, events, result wrapping — costs far more than a small statement itsel
 one dialect, and each value's conversion by its column type's implementation for that
 dialect (SQLite's DATETIME text, the JSON encoder configured on the engine, PostgreSQL's
 json), so rows written or read this way are the ones SQLAlchemy would write or read.
+
+The rows themselves (which columns, which values) come from ``storage/turn_rows.py``, as
+the repositories' do; what a store runs comes back as named parts (``TurnInsert``), so no
+store needs to know the order of statements or recognize one by its SQL.
 """
 
 from __future__ import annotations
@@ -19,13 +23,18 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
-from agentic_api.storage.responses import LIVE_CHECKPOINT, RESPONSE_COLUMN_KEYS, NewItem
 from agentic_api.storage.token_artifacts import ARTIFACT_KEYS, artifact_values
+from agentic_api.storage.turn_rows import (
+    EVENT_COLUMNS,
+    ITEM_COLUMNS,
+    LIVE_CHECKPOINT,
+    NewItem,
+    event_values,
+    item_values,
+    response_values,
+)
 
 _Processor = Callable[[Any], Any] | None
-
-ITEM_KEYS = ("response_id", "position", "tenant_id", "item_id", "role", "type", "data")
-EVENT_KEYS = ("response_id", "sequence_number", "data")
 
 
 class CompiledStatement:
@@ -36,12 +45,13 @@ class CompiledStatement:
         compiled = statement.compile(dialect=dialect, **compile_kw)
         assert isinstance(compiled, SQLCompiler)
         self.sql = str(compiled)
-        self._names: list[str] = list(compiled.positiontup or [])
+        # The statement's parameters by name, in the order the SQL takes them.
+        self.names: tuple[str, ...] = tuple(compiled.positiontup or [])
         # Through each type's implementation for this dialect (SQLite's DATETIME, JSON), as
         # SQLAlchemy itself converts values.
         self._binds: list[_Processor] = [
             compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect)
-            for name in self._names
+            for name in self.names
         ]
         columns = getattr(statement, "selected_columns", ())
         self.keys: list[str] = [column.key for column in columns]
@@ -52,7 +62,7 @@ class CompiledStatement:
     def parameters(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(
             values[name] if bind is None else bind(values[name])
-            for name, bind in zip(self._names, self._binds, strict=True)
+            for name, bind in zip(self.names, self._binds, strict=True)
         )
 
     def row(self, raw: Sequence[Any]) -> dict[str, Any]:
@@ -63,12 +73,41 @@ class CompiledStatement:
 
 
 @dataclass(frozen=True)
-class Batch:
-    """One statement to run: with one set of parameters, or (``many``) with several."""
+class Statement:
+    """One statement with one set of parameters (in the order its SQL takes them)."""
 
     sql: str
-    parameters: Any
-    many: bool
+    parameters: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class RowInsert:
+    """One INSERT for many rows (``executemany``): each row's parameters in the order of
+    ``columns``, which is the order the SQL takes them."""
+
+    sql: str
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]]
+
+    def column(self, key: str) -> list[Any]:
+        """One column's (converted) values, a value per row."""
+        index = self.columns.index(key)
+        return [row[index] for row in self.rows]
+
+
+@dataclass(frozen=True)
+class TurnInsert:
+    """What storing a turn runs: its response row, then its items and its events (either
+    may have no rows, and is then not run), then its token artifact if it has one."""
+
+    response: Statement
+    items: RowInsert
+    events: RowInsert
+    artifact: Statement | None = None
+
+    @property
+    def statement_count(self) -> int:
+        return 1 + bool(self.items.rows) + bool(self.events.rows) + (self.artifact is not None)
 
 
 class TurnStatements:
@@ -78,20 +117,20 @@ class TurnStatements:
         self._dialect = dialect
         self._checkpoint = CompiledStatement(LIVE_CHECKPOINT, dialect)
         self._item_insert = CompiledStatement(
-            insert(ResponseItem), dialect, column_keys=list(ITEM_KEYS)
+            insert(ResponseItem), dialect, column_keys=list(ITEM_COLUMNS)
         )
         self._event_insert = CompiledStatement(
-            insert(ResponseEvent), dialect, column_keys=list(EVENT_KEYS)
+            insert(ResponseEvent), dialect, column_keys=list(EVENT_COLUMNS)
         )
         self._artifact_insert = CompiledStatement(
             insert(TokenArtifactRow), dialect, column_keys=list(ARTIFACT_KEYS)
         )
         # One per set of columns a row has set (the others take their defaults).
-        self._row_inserts: dict[frozenset[str], CompiledStatement] = {}
+        self._response_inserts: dict[frozenset[str], CompiledStatement] = {}
 
-    def checkpoint(self, tenant_id: str, response_id: str) -> Batch:
+    def checkpoint(self, tenant_id: str, response_id: str) -> Statement:
         values = {"tenant_id": tenant_id, "response_id": response_id}
-        return Batch(self._checkpoint.sql, self._checkpoint.parameters(values), many=False)
+        return Statement(self._checkpoint.sql, self._checkpoint.parameters(values))
 
     def checkpoint_row(self, raw: Sequence[Any]) -> Response:
         return Response(**self._checkpoint.row(raw))
@@ -102,51 +141,35 @@ class TurnStatements:
         items: Sequence[NewItem],
         events: Sequence[tuple[int, str]],
         artifact: TokenArtifactRow | None = None,
-    ) -> list[Batch]:
+    ) -> TurnInsert:
         """What ``ResponseRepository.insert``, ``add_events`` and
         ``TokenArtifactRepository.insert`` would run, in order."""
-        values = {key: value for key, value in vars(row).items() if key in RESPONSE_COLUMN_KEYS}
-        row_insert = self._row_insert(frozenset(values))
-        batches = [Batch(row_insert.sql, row_insert.parameters(values), many=False)]
-        if items:
-            item_rows = [
-                self._item_insert.parameters(
-                    {
-                        "response_id": row.id,
-                        "position": position,
-                        "tenant_id": row.tenant_id,
-                        "item_id": item.item_id,
-                        "role": item.role,
-                        "type": item.type,
-                        "data": item.data,
-                    }
-                )
-                for position, item in enumerate(items)
-            ]
-            batches.append(Batch(self._item_insert.sql, item_rows, many=True))
-        if events:
-            event_rows = [
-                self._event_insert.parameters(
-                    {"response_id": row.id, "sequence_number": number, "data": data}
-                )
-                for number, data in events
-            ]
-            batches.append(Batch(self._event_insert.sql, event_rows, many=True))
-        if artifact is not None:
-            batches.append(self.artifact_insert(artifact))
-        return batches
+        values = response_values(row)
+        response_insert = self.response_insert(frozenset(values))
+        return TurnInsert(
+            response=Statement(response_insert.sql, response_insert.parameters(values)),
+            items=_rows(self._item_insert, item_values(row.id, row.tenant_id, 0, items)),
+            events=_rows(self._event_insert, event_values(row.id, events)),
+            artifact=None if artifact is None else self._artifact(artifact),
+        )
 
-    def artifact_insert(self, artifact: TokenArtifactRow) -> Batch:
-        parameters = self._artifact_insert.parameters(artifact_values(artifact))
-        return Batch(self._artifact_insert.sql, parameters, many=False)
+    def _artifact(self, artifact: TokenArtifactRow) -> Statement:
+        return Statement(
+            self._artifact_insert.sql, self._artifact_insert.parameters(artifact_values(artifact))
+        )
 
-    def artifact_binds(self, artifact: TokenArtifactRow) -> tuple[Any, ...]:
-        """The artifact's values as its insert binds them, in ``ARTIFACT_KEYS`` order."""
-        return self._artifact_insert.parameters(artifact_values(artifact))
-
-    def _row_insert(self, keys: frozenset[str]) -> CompiledStatement:
-        statement = self._row_inserts.get(keys)
+    def response_insert(self, columns: frozenset[str]) -> CompiledStatement:
+        """The ``responses`` INSERT setting exactly ``columns``."""
+        statement = self._response_inserts.get(columns)
         if statement is None:
-            statement = CompiledStatement(insert(Response), self._dialect, column_keys=sorted(keys))
-            self._row_inserts[keys] = statement
+            statement = CompiledStatement(
+                insert(Response), self._dialect, column_keys=sorted(columns)
+            )
+            self._response_inserts[columns] = statement
         return statement
+
+
+def _rows(statement: CompiledStatement, rows: Sequence[Mapping[str, Any]]) -> RowInsert:
+    return RowInsert(
+        statement.sql, statement.names, [statement.parameters(values) for values in rows]
+    )

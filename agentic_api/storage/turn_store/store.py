@@ -19,8 +19,9 @@ from typing import Protocol
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from agentic_api.storage.models import Response, TokenArtifactRow
-from agentic_api.storage.responses import NewItem, ResponseRepository
+from agentic_api.storage.responses import ResponseRepository
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
+from agentic_api.storage.turn_rows import NewItem
 
 
 class TurnStore(Protocol):

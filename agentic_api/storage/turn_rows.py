@@ -1,0 +1,83 @@
+"""A turn's own rows, defined once: the values of its ``responses`` row, its items' and
+events' columns and values, and the checkpoint read of a parent.
+
+Two writers produce these rows — the repositories through SQLAlchemy
+(``storage/responses.py``) and the turn store's compiled statements
+(``storage/turn_store/statements.py``) — and they must write the same rows
+(``tests/storage/test_turn_store.py``). So both build them here, and neither lists the
+columns itself. It sits below both because the turn store's reference implementation uses
+the repositories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, select
+
+from agentic_api.storage.models import Response, ResponseEvent, ResponseItem
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """An item of a turn about to be stored (its position is its place in the turn)."""
+
+    item_id: str
+    role: str
+    type: str
+    data: str
+
+
+RESPONSE_COLUMNS: frozenset[str] = frozenset(column.key for column in Response.__table__.columns)
+# Every column of the item and event rows, in table order: what an insert sets.
+ITEM_COLUMNS: tuple[str, ...] = tuple(column.key for column in ResponseItem.__table__.columns)
+EVENT_COLUMNS: tuple[str, ...] = tuple(column.key for column in ResponseEvent.__table__.columns)
+# The columns an item or event row copies from its response's row (the rest are its own).
+COPIED_FROM_RESPONSE: Mapping[str, str] = {"response_id": "id", "tenant_id": "tenant_id"}
+
+
+def response_values(row: Response) -> dict[str, Any]:
+    """The columns set on ``row``; the others take their defaults, as with ``session.add``."""
+    return {key: value for key, value in vars(row).items() if key in RESPONSE_COLUMNS}
+
+
+def item_values(
+    response_id: str, tenant_id: str, first_position: int, items: Sequence[NewItem]
+) -> list[dict[str, Any]]:
+    """One row of ``ITEM_COLUMNS`` per item, numbered from ``first_position``."""
+    return [
+        {
+            "response_id": response_id,
+            "position": position,
+            "tenant_id": tenant_id,
+            "item_id": item.item_id,
+            "role": item.role,
+            "type": item.type,
+            "data": item.data,
+        }
+        for position, item in enumerate(items, start=first_position)
+    ]
+
+
+def event_values(response_id: str, events: Sequence[tuple[int, str]]) -> list[dict[str, Any]]:
+    """One row of ``EVENT_COLUMNS`` per stored event ``(sequence_number, json)``."""
+    return [
+        {"response_id": response_id, "sequence_number": number, "data": data}
+        for number, data in events
+    ]
+
+
+_LIVE = (
+    Response.id == bindparam("response_id"),
+    Response.tenant_id == bindparam("tenant_id"),
+    Response.deleted_at.is_(None),
+)
+LIVE_RESPONSE = select(Response).where(*_LIVE)
+# A live response of a tenant without its stored object, request and token account (what
+# a continuation reads of its parent; those documents are the largest part of the row).
+_NOT_IN_CHECKPOINT = frozenset({"body", "request", "token_account"})
+LIVE_CHECKPOINT = select(
+    *(column for column in Response.__table__.columns if column.key not in _NOT_IN_CHECKPOINT)
+).where(*_LIVE)
