@@ -5,8 +5,11 @@ set -euo pipefail
 VERSION=0.169.0
 PREFIX="${AGENTIC_CODEX_PREFIX:-$HOME/.cache/agentic-api/codex}"
 BIN="$PREFIX/node_modules/.bin/codex"
+mkdir -p "$PREFIX"
+# One install at a time (parallel test workers, other checkouts share the cache).
+exec 9>"$PREFIX/.install.lock"
+flock 9
 if [ ! -x "$BIN" ] || ! "$BIN" --version 2>/dev/null | grep -q "$VERSION"; then
-  mkdir -p "$PREFIX"
   npm install --prefix "$PREFIX" --no-audit --no-fund --loglevel=error "@openai/codex@$VERSION" >&2
 fi
 echo "$BIN"

@@ -1,8 +1,18 @@
 """Shared fixtures: the simulator upstream, databases (SQLite and PostgreSQL, built by
-the real migrations) and our server on a real loopback port."""
+the real migrations) and our server on a real loopback port.
+
+Backend-parametrized tests run once per backend that ``--backend`` (or
+``AGENTIC_TEST_BACKEND``) selects: ``sqlite``, ``postgres`` (or ``postgresql``), or ``all``
+(the default). Tests of one database's specifics that need a server (PostgreSQL) are
+deselected when it is not selected; SQLite needs nothing, so its own tests always run.
+
+Under pytest-xdist every worker is a process of its own: session fixtures (simulator,
+databases, servers) are per worker, on ports and database names picked free.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +36,61 @@ BACKENDS = ("sqlite", "postgres")
 
 # Every reply of our servers passes tests/support/strict.py, whoever reads it.
 strict_wiring.install()
+_BACKEND_NAMES = {"sqlite": ("sqlite",), "postgres": ("postgres",), "all": BACKENDS}
+_BACKEND_NAMES["postgresql"] = _BACKEND_NAMES["postgres"]
+# Fixtures that only one backend can provide: their tests run only when it is selected.
+_ONE_BACKEND_FIXTURES = {"pg_url": "postgres"}
+_ON_REQUEST_MARKERS = ("real_vllm", "fuzz")
 TEST_SECRET = "test-server-secret-0123456789abcdef"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        default=os.environ.get("AGENTIC_TEST_BACKEND", "all"),
+        help="databases to run backend tests on: sqlite, postgres (postgresql) or all "
+        "(default: $AGENTIC_TEST_BACKEND, else all)",
+    )
+
+
+def selected_backends(config: pytest.Config) -> tuple[str, ...]:
+    choice = str(config.getoption("backend")).strip().lower()
+    if choice not in _BACKEND_NAMES:
+        raise pytest.UsageError(
+            f"--backend / AGENTIC_TEST_BACKEND must be one of {sorted(_BACKEND_NAMES)}, "
+            f"not {choice!r}"
+        )
+    return _BACKEND_NAMES[choice]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "backend", selected_backends(metafunc.config), indirect=True, scope="session"
+        )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    selected = set(selected_backends(config))
+    # Tiers that start something of their own (a vLLM, a fuzzing run) run only when -m
+    # names them, so that other -m expressions (-m "not slow") never pull them in.
+    named = str(config.getoption("markexpr", ""))
+    left_aside = [marker for marker in _ON_REQUEST_MARKERS if marker not in named]
+    kept: list[pytest.Item] = []
+    left_out: list[pytest.Item] = []
+    for item in items:
+        needs = {
+            backend
+            for name, backend in _ONE_BACKEND_FIXTURES.items()
+            if name in getattr(item, "fixturenames", ())
+        }
+        runnable = needs <= selected and not any(
+            item.get_closest_marker(marker) for marker in left_aside
+        )
+        (kept if runnable else left_out).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")
@@ -56,8 +120,9 @@ def _strict_replies() -> Iterator[None]:
         )
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
+@pytest.fixture(scope="session")
 def backend(request: pytest.FixtureRequest) -> str:
+    """``sqlite`` or ``postgres``: parametrized by ``pytest_generate_tests``."""
     return str(request.param)
 
 
@@ -160,6 +225,16 @@ def sqlite_file_url(tmp_path: Path) -> str:
     url = sqlite_url(tmp_path)
     upgrade(url)
     return url
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A migrated PostgreSQL database of its own, for tests of PostgreSQL specifics (run
+    only when PostgreSQL is a selected backend)."""
+    name, url = create_pg_database()
+    upgrade(url)
+    yield url
+    drop_pg_database(name)
 
 
 @pytest.fixture

@@ -132,6 +132,7 @@ def history_cache_hits(server: RunningServer) -> float:
     return 0.0
 
 
+@pytest.mark.slow  # waits out a disconnect, a drain or a full lane: seconds
 def test_disconnecting_stream_client_still_commits_the_turn(
     server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:

@@ -211,6 +211,7 @@ def test_other_tenant_cannot_continue_over_socket(
         )
 
 
+@pytest.mark.slow  # waits out a disconnect, a drain or a full lane: seconds
 def test_lane_queue_limit(server: RunningServer, tenant: TenantKeys, sim: SimServer) -> None:
     from agentic_api.http.routes.websocket import MAX_QUEUED_PER_LANE
 
@@ -250,6 +251,7 @@ def test_connection_lifetime_limit(
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1000
 
 
+@pytest.mark.slow  # waits out a disconnect, a drain or a full lane: seconds
 def test_disconnect_mid_turn_still_stores_the_turn(
     server: RunningServer, client: OpenAI, tenant: TenantKeys, sim: SimServer
 ) -> None:
@@ -289,6 +291,7 @@ def test_oversized_frame_gets_an_error_and_the_connection_survives(
         assert until_terminal(socket)[-1]["type"] == "response.completed"
 
 
+@pytest.mark.slow  # waits out a disconnect, a drain or a full lane: seconds
 def test_shutdown_drains_a_turn_in_flight(
     backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

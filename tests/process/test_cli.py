@@ -13,8 +13,12 @@ import httpx
 import pytest
 
 from tests.support import strict_wiring
+from tests.support.processes import START_TIMEOUT_SECONDS
 from tests.support.servers import free_port
 from tests.upstream_sim import SimServer
+
+# Each starts real `agentic-api` processes: seconds apiece.
+pytestmark = pytest.mark.slow
 
 CLI = [sys.executable, "-m", "agentic_api.cli"]
 
@@ -102,7 +106,7 @@ def test_single_tenant_mode_needs_no_key(cli_env: dict[str, str], sim: SimServer
 
 
 def _wait_up(base: str, process: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         assert process.poll() is None, "server exited during start-up"
         try:

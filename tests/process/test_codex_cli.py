@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import RunningServer
 from tests.support.codex import Provider, codex_binary, run_codex, websocket_upgrades
 from tests.support.tenants import TenantKeys
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
+
+# Runs the real Codex CLI against a server: seconds.
+pytestmark = pytest.mark.slow
 
 
 def test_codex_exec_over_websocket(

@@ -21,6 +21,9 @@ from tests.support.sql import scalar
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.upstream_sim import Hang, Reply, SimServer
 
+# Each waits on real processes starting, dying and leases running out: seconds apiece.
+pytestmark = pytest.mark.slow
+
 TERMINAL = {"completed", "incomplete", "failed", "cancelled"}
 LEASE_SECONDS = 2
 

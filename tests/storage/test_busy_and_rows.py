@@ -3,9 +3,7 @@ database (storage/timing.py), and a turn's rows are defined once (storage/turn_r
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import Iterator
 
 import asyncpg
 import pytest
@@ -14,7 +12,6 @@ from sqlalchemy.exc import OperationalError
 
 from agentic_api.storage.database import Database
 from agentic_api.storage.errors import DatabaseBusy, is_busy
-from agentic_api.storage.migrate import upgrade
 from agentic_api.storage.tenants import TenantRepository
 from agentic_api.storage.turn_rows import (
     EVENT_COLUMNS,
@@ -24,7 +21,7 @@ from agentic_api.storage.turn_rows import (
     item_values,
 )
 from tests.storage.test_turn_store import sample_row
-from tests.support.databases import create_pg_database, drop_pg_database
+from tests.support.databases import pg_dsn, run_on_pg
 from tests.support.sqlite import WriteLockHolder, database_file
 
 
@@ -63,33 +60,19 @@ async def test_a_sqlite_write_locked_out_past_the_busy_timeout_is_busy(
 
 
 @pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A migrated PostgreSQL database whose connections give up on a lock after 200 ms."""
-    name, url = create_pg_database()
-    upgrade(url)
-
-    async def set_lock_timeout() -> None:
-        connection = await asyncpg.connect(_dsn(url))
-        try:
-            await connection.execute(f"ALTER DATABASE \"{name}\" SET lock_timeout = '200ms'")
-        finally:
-            await connection.close()
-
-    asyncio.run(set_lock_timeout())
-    yield url
-    drop_pg_database(name)
-
-
-def _dsn(url: str) -> str:
-    return url.replace("postgresql+asyncpg://", "postgresql://")
+def lock_timeout_pg_url(pg_url: str) -> str:
+    """A PostgreSQL database whose connections give up on a lock after 200 ms."""
+    name = pg_url.rsplit("/", 1)[1]
+    run_on_pg(pg_url, f"ALTER DATABASE \"{name}\" SET lock_timeout = '200ms'")
+    return pg_url
 
 
 async def test_postgresql_lock_timeouts_are_busy_in_sessions_and_the_turn_store(
-    pg_url: str,
+    lock_timeout_pg_url: str,
 ) -> None:
-    database = Database.from_url(pg_url)
+    database = Database.from_url(lock_timeout_pg_url)
     # A second connection, to hold locks with.
-    holder = await asyncpg.connect(_dsn(pg_url))
+    holder = await asyncpg.connect(pg_dsn(lock_timeout_pg_url))
     try:
         await _lock_timeouts_are_busy(database, holder)
     finally:

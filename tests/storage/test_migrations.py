@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
 from sqlalchemy import inspect
 
 from agentic_api.storage import migrate
@@ -30,10 +29,9 @@ def table_names(url: str) -> set[str]:
     return asyncio.run(run())
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_upgrade_downgrade_upgrade(kind: str, tmp_path: Path) -> None:
+def test_upgrade_downgrade_upgrade(backend: str, tmp_path: Path) -> None:
     pg_name = None
-    if kind == "sqlite":
+    if backend == "sqlite":
         url = sqlite_url(tmp_path)
     else:
         pg_name, url = create_pg_database()
@@ -50,10 +48,9 @@ def test_upgrade_downgrade_upgrade(kind: str, tmp_path: Path) -> None:
             drop_pg_database(pg_name)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-def test_durability_tables_come_and_go_with_0002(kind: str, tmp_path: Path) -> None:
+def test_durability_tables_come_and_go_with_0002(backend: str, tmp_path: Path) -> None:
     pg_name = None
-    if kind == "sqlite":
+    if backend == "sqlite":
         url = sqlite_url(tmp_path)
     else:
         pg_name, url = create_pg_database()

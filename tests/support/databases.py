@@ -41,3 +41,21 @@ def drop_pg_database(name: str) -> None:
             await conn.close()
 
     asyncio.run(drop())
+
+
+def pg_dsn(url: str) -> str:
+    """asyncpg's form of a SQLAlchemy PostgreSQL URL."""
+    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+def run_on_pg(url: str, sql: str) -> None:
+    """Runs one statement on a connection of its own (outside any test's event loop)."""
+
+    async def run() -> None:
+        connection = await asyncpg.connect(pg_dsn(url))
+        try:
+            await connection.execute(sql)
+        finally:
+            await connection.close()
+
+    asyncio.run(run())

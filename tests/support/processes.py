@@ -15,6 +15,10 @@ from tests.support import strict_wiring
 from tests.support.servers import free_port
 
 CLI = [sys.executable, "-m", "agentic_api.cli"]
+# A process starts in about a second; on a machine shared with other test runs (xdist
+# workers, other people's suites) importing the app has taken over 30 s. Only a bound on
+# failure, never a measurement.
+START_TIMEOUT_SECONDS = 90.0
 SECRET = "test-server-secret-0123456789abcdef"
 
 
@@ -63,7 +67,7 @@ class Process:
         process.wait_for_output("workers started")
         return process
 
-    def wait_for_output(self, text: str, timeout: float = 30.0) -> None:
+    def wait_for_output(self, text: str, timeout: float = START_TIMEOUT_SECONDS) -> None:
         deadline = time.monotonic() + timeout
         while text not in self.output():
             if self.popen.poll() is not None:
@@ -76,7 +80,7 @@ class Process:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def wait_up(self, timeout: float = 30.0) -> None:
+    def wait_up(self, timeout: float = START_TIMEOUT_SECONDS) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
