@@ -67,7 +67,7 @@ def test_background_response_is_queued_then_runs_and_continues(
     # The input is stored at enqueue, with the ids the worker's run keeps.
     stored_input = [i.id for i in client.responses.input_items.list(queued.id)]
     assert len(stored_input) == 1
-    seen = {queued.status}
+    seen: set[str | None] = {queued.status}
     deadline = time.monotonic() + 15
     while (current := client.responses.retrieve(queued.id)).status not in TERMINAL:
         seen.add(current.status)

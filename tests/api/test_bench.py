@@ -9,6 +9,7 @@ import json
 import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -63,7 +64,10 @@ def test_block_aligned_ideal_and_upper_bound() -> None:
 
 
 def test_csv_json_and_svg_outputs(tmp_path: Path) -> None:
-    rows = [{"pair": 0, "ratio": 0.5, "replica": None}, {"pair": 1, "ratio": math.nan, "x": 1}]
+    rows: list[dict[str, Any]] = [
+        {"pair": 0, "ratio": 0.5, "replica": None},
+        {"pair": 1, "ratio": math.nan, "x": 1},
+    ]
     write_csv(tmp_path / "r.csv", rows)
     with (tmp_path / "r.csv").open() as handle:
         read = list(csv.DictReader(handle))
@@ -106,7 +110,7 @@ def test_continuations_through_our_server_reach_the_ideal(
         api_keys=(tenant.api_key, other.api_key),
     )
 
-    async def run() -> list[dict]:
+    async def run() -> list[dict[str, Any]]:
         try:
             return await run_continuations(target, config, concurrency=2)
         finally:
@@ -172,7 +176,7 @@ def test_overhead_measures_each_depth_and_our_round_trips_stay_flat(
         model=sim.config.model, depths=(2, 8), probes=6, concurrency=3, warmup=1
     )
 
-    async def run() -> tuple[list[dict], list[dict]]:
+    async def run() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         try:
             return await run_overhead([direct, ours], config, "direct")
         finally:
@@ -226,7 +230,9 @@ class RecordingTarget:
     def __init__(self, name: str, log: list[str]) -> None:
         self.name, self.stateful, self._log = name, True, log
 
-    async def create(self, body: dict, headers: dict | None = None) -> TurnResult:
+    async def create(
+        self, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> TurnResult:
         self._log.append(self.name)
         await asyncio.sleep(0)
         return TurnResult(f"resp_{len(self._log)}", 0.001, 10, 0, 1, [], None, "completed")

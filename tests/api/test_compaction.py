@@ -10,20 +10,33 @@ from typing import Any
 import httpx
 import pytest
 from openai import APIStatusError, BadRequestError, OpenAI
+from openai.types.responses import (
+    EasyInputMessageParam,
+    FunctionToolParam,
+    ResponseCompactionCompactingEvent,
+    ResponseCompactionItem,
+    ResponseCompletedEvent,
+    ResponseInputParam,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+)
+from openai.types.responses.response_input_param import CompactionTrigger, FunctionCallOutput
 
 from agentic_api.turns.summary_request import SUMMARY_REQUEST
 from agentic_api.wire.summary import SUMMARY_HEADER
 from tests.conftest import RunningServer
 from tests.support.prefix_reuse import reusable_tokens, shared_prefix_tokens
 from tests.support.tenants import TenantKeys
+from tests.support.typed import narrow, served_cached_tokens, unchecked
 from tests.support.websocket import open_socket, until_terminal
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls, tokenize
 
-TRIGGER = {"type": "compaction_trigger"}
-TOOL = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+TRIGGER: CompactionTrigger = {"type": "compaction_trigger"}
+# The SDK's FunctionToolParam requires "strict", which the API takes as optional.
+TOOL: FunctionToolParam = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}  # type: ignore[typeddict-item]
 
 
-def _user(text: str) -> dict[str, Any]:
+def _user(text: str) -> EasyInputMessageParam:
     return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
 
 
@@ -76,7 +89,7 @@ def test_compact_then_continue_from_the_summary(client: OpenAI, sim: SimServer) 
     second_output = client.responses.with_raw_response.retrieve(second.id).http_response.json()
     expected = sim.requests("/v1/responses")[1].json["input"] + second_output["output"]
     assert summary_call["input"][:-1] == expected
-    assert sim.requests("/v1/responses")[-1].cached_tokens > 0
+    assert served_cached_tokens(sim.requests("/v1/responses")[-1]) > 0
 
     # A client carries the window on as it was sent.
     fresh = client.responses.create(
@@ -94,7 +107,7 @@ def test_compact_then_continue_from_the_summary(client: OpenAI, sim: SimServer) 
 def test_compaction_items_need_content(client: OpenAI, sim: SimServer) -> None:
     with pytest.raises(BadRequestError) as error:
         client.responses.create(
-            model=sim.config.model, input=[{"type": "compaction", "id": "cmp_1"}]
+            model=sim.config.model, input=[unchecked({"type": "compaction", "id": "cmp_1"})]
         )
     assert error.value.body["param"] == "input[0].encrypted_content"  # type: ignore[index]
 
@@ -115,7 +128,11 @@ def test_trigger_compacts_the_chain_and_the_window_reuses_the_summary_prefix(
     first = client.responses.create(
         model=sim.config.model, instructions="be brief", tools=[TOOL], input=[task]
     )
-    call_output = {"type": "function_call_output", "call_id": "call_1", "output": "open"}
+    call_output: FunctionCallOutput = {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": "open",
+    }
     compacted = _raw(
         client,
         model=sim.config.model,
@@ -148,10 +165,10 @@ def test_trigger_compacts_the_chain_and_the_window_reuses_the_summary_prefix(
     assert body["cache_salt"] == first_call.json["cache_salt"]
     assert summary_call.headers["x-session-id"] == first_call.headers["x-session-id"]
     # Every block of the first turn's prompt (and of its answer, replayed verbatim).
-    assert summary_call.cached_tokens >= reusable_tokens(first_call, summary_call, 16) > 0
+    assert served_cached_tokens(summary_call) >= reusable_tokens(first_call, summary_call, 16) > 0
 
     # The compacted window: the kept user message, then the item, then the next input.
-    window = [task, item]
+    window: ResponseInputParam = [task, item]
     booked = client.responses.create(
         model=sim.config.model,
         instructions="be brief",
@@ -163,8 +180,8 @@ def test_trigger_compacts_the_chain_and_the_window_reuses_the_summary_prefix(
     assert _without_id(sent[0]) == task
     assert sent[1] == _user(SUMMARY_HEADER + item["encrypted_content"])
     # Its first turn reuses everything it shares with the summary request...
-    assert after.cached_tokens == reusable_tokens(summary_call, after, 16)
-    assert after.cached_tokens >= shared_prefix_tokens(first_call, after) // 16 * 16
+    assert served_cached_tokens(after) == reusable_tokens(summary_call, after, 16)
+    assert served_cached_tokens(after) >= shared_prefix_tokens(first_call, after) // 16 * 16
     # ...and the next one the whole window through the summary message.
     client.responses.create(
         model=sim.config.model,
@@ -174,12 +191,14 @@ def test_trigger_compacts_the_chain_and_the_window_reuses_the_summary_prefix(
         input=[_user("pay")],
     )
     paid = sim.last("/v1/responses")
-    assert paid.cached_tokens >= reusable_tokens(after, paid, 16)
+    assert served_cached_tokens(paid) >= reusable_tokens(after, paid, 16)
     assert after.prompt_text is not None
     through_summary = after.prompt_text.index(item["encrypted_content"]) + len(
         item["encrypted_content"]
     )
-    assert paid.cached_tokens >= len(tokenize(after.prompt_text[:through_summary])) // 16 * 16
+    assert (
+        served_cached_tokens(paid) >= len(tokenize(after.prompt_text[:through_summary])) // 16 * 16
+    )
 
 
 def _without_id(item: dict[str, Any]) -> dict[str, Any]:
@@ -229,12 +248,16 @@ def test_trigger_stream_shows_the_item_not_the_summary_text(client: OpenAI, sim:
         "response.completed",
     ]
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    added, done, completed = events[2], events[-2], events[-1]
-    assert added.item.type == "compaction" and added.item.encrypted_content == ""
-    assert done.item.type == "compaction"
-    assert done.item.encrypted_content == "NOTES: the user greeted us."
-    assert {added.item.id, done.item.id} == {events[3].item_id}  # type: ignore[union-attr]
-    assert completed.response.output[0].id == done.item.id
+    added = narrow(events[2], ResponseOutputItemAddedEvent)
+    done = narrow(events[-2], ResponseOutputItemDoneEvent)
+    completed = narrow(events[-1], ResponseCompletedEvent)
+    added_item = narrow(added.item, ResponseCompactionItem)
+    done_item = narrow(done.item, ResponseCompactionItem)
+    assert added_item.encrypted_content == ""
+    assert done_item.encrypted_content == "NOTES: the user greeted us."
+    compacting_event = narrow(events[3], ResponseCompactionCompactingEvent)
+    assert {added_item.id, done_item.id} == {compacting_event.item_id}
+    assert narrow(completed.response.output[0], ResponseCompactionItem).id == done_item.id
     assert sim.last("/v1/responses").json["stream"] is True
     # The stored stream replays the same events.
     replay = list(client.responses.retrieve(completed.response.id, stream=True))
@@ -284,7 +307,8 @@ def test_trigger_over_the_websocket_with_store_false(
 
 
 def test_trigger_must_be_the_last_input_item(client: OpenAI, sim: SimServer) -> None:
-    for bad in ([TRIGGER, _user("after")], [TRIGGER, TRIGGER]):
+    cases: list[ResponseInputParam] = [[TRIGGER, _user("after")], [TRIGGER, TRIGGER]]
+    for bad in cases:
         with pytest.raises(BadRequestError) as error:
             client.responses.create(model=sim.config.model, input=bad)
         assert error.value.body["param"] == "input[0]"  # type: ignore[index]

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from openai import BadRequestError, ConflictError, NotFoundError, OpenAI
+from openai.types.responses import ToolParam
 from sqlalchemy import text
 
 from agentic_api.storage.database import Database
@@ -18,6 +19,7 @@ from agentic_api.turns.history import salt_identity
 from lineage import prefix_digest
 from tests.conftest import RunningServer
 from tests.support.tenants import TenantKeys, create_tenant
+from tests.support.typed import narrow, unchecked
 from tests.upstream_sim import Call, Reply, SimServer, StreamError, ToolCalls
 
 # --- helpers ---------------------------------------------------------------------------
@@ -140,7 +142,9 @@ def test_list_items_pagination_both_orders(client: OpenAI) -> None:
     page = client.conversations.items.list(conversation.id, limit=3, order="asc")
     assert [text_of(i.model_dump()) for i in page.data] == ["m0", "m1", "m2"]
     assert page.has_more is True
-    assert page.first_id == page.data[0].id and page.last_id == page.data[-1].id
+    # The SDK's page model leaves out first_id, which the API returns.
+    assert page.first_id == page.data[0].id  # type: ignore[attr-defined]
+    assert page.last_id == page.data[-1].id
     ascending = [
         text_of(i.model_dump())
         for i in client.conversations.items.list(conversation.id, limit=3, order="asc")
@@ -153,7 +157,9 @@ def test_list_items_pagination_both_orders(client: OpenAI) -> None:
         text_of(i.model_dump()) for i in client.conversations.items.list(conversation.id, limit=3)
     ]
     assert descending == [f"m{n}" for n in range(6, -1, -1)]
-    after = client.conversations.items.list(conversation.id, after=newest.data[1].id, limit=10)
+    after = client.conversations.items.list(
+        conversation.id, after=narrow(newest.data[1].id, str), limit=10
+    )
     assert [text_of(i.model_dump()) for i in after.data] == ["m4", "m3", "m2", "m1", "m0"]
     assert after.has_more is False
     last = client.conversations.items.list(conversation.id, limit=7)
@@ -171,7 +177,8 @@ def test_append_retrieve_and_delete_items(client: OpenAI, server: RunningServer)
         conversation.id,
         items=[
             {"role": "assistant", "content": "second"},
-            {"type": "message", "role": "user", "content": "third", "id": "msg_mine"},
+            # An id of the client's own: the SDK's input message has no "id".
+            unchecked({"type": "message", "role": "user", "content": "third", "id": "msg_mine"}),
         ],
         include=["message.output_text.logprobs"],
     )
@@ -339,11 +346,14 @@ def test_streamed_turn_in_a_conversation(client: OpenAI, sim: SimServer) -> None
     assert events[-1].type == "response.completed"
     items = listed(client, conversation.id)
     assert [text_of(i) for i in items] == ["stream it", "streamed answer"]
-    assert items[1]["id"] == events[-1].response.output[0].id  # type: ignore[union-attr]
+    assert items[1]["id"] == events[-1].response.output[0].id
 
 
 def test_function_call_round_trip_in_a_conversation(client: OpenAI, sim: SimServer) -> None:
-    tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
+    # The SDK's FunctionToolParam requires "strict", which the API takes as optional.
+    tools: list[ToolParam] = [
+        {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}  # type: ignore[list-item]
+    ]
     conversation = client.conversations.create()
     sim.push(ToolCalls([Call("get_weather", {"city": "Paris"}, call_id="call_1")]), Reply("Sunny."))
     first = client.responses.create(
@@ -523,7 +533,7 @@ def test_bad_input_is_a_400_and_changes_nothing(
         client.conversations.create(items=too_many)  # type: ignore[arg-type]
     assert error.value.body["param"] == "items"  # type: ignore[index]
     with pytest.raises(BadRequestError) as error:
-        client.conversations.create(items=[{"role": "wizard", "content": "x"}])  # type: ignore[list-item]
+        client.conversations.create(items=[unchecked({"role": "wizard", "content": "x"})])
     assert error.value.body["param"] == "items[0].role"  # type: ignore[index]
     assert conversations_of_tenant() == 0
 
@@ -554,14 +564,14 @@ def test_bad_input_is_a_400_and_changes_nothing(
     with pytest.raises(BadRequestError) as error:
         client.responses.create(
             model=sim.config.model,
-            input=[{"role": "user", "content": "dup", "id": existing_id}],
+            input=[unchecked({"role": "user", "content": "dup", "id": existing_id})],
             conversation=conversation.id,
         )
     assert error.value.code == "duplicate_item_id"
     with pytest.raises(BadRequestError):
         client.responses.create(
             model=sim.config.model,
-            input=[{"role": "nobody", "content": "x"}],
+            input=[unchecked({"role": "nobody", "content": "x"})],
             conversation=conversation.id,
         )
     for empty in ("", {"id": ""}):

@@ -7,16 +7,20 @@ import asyncio
 
 import pytest
 from openai import NotFoundError, OpenAI
+from openai.types.responses import ToolParam
 from sqlalchemy import func, select
 
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
 from tests.conftest import RunningServer
 from tests.support.tenants import create_tenant
+from tests.support.typed import usage_of
 from tests.upstream_sim import Reply, SimServer
 
-TOOLS = [
-    {
+# The SDK's FunctionToolParam requires "strict", which the API (and this server) take as
+# optional; the tests send what clients send.
+TOOLS: list[ToolParam] = [
+    {  # type: ignore[list-item]
         "type": "function",
         "name": "read_file",
         "description": "Read a file from the workspace.",
@@ -55,7 +59,7 @@ def test_count_matches_the_turns_usage_and_stores_nothing(
     )
     assert (
         counted.input_tokens
-        == created.usage.input_tokens
+        == usage_of(created).input_tokens
         == sim.last("/v1/responses").prompt_tokens
     )
     # The count goes out under the tenant's salt, like the turn itself.
@@ -73,11 +77,11 @@ def test_count_of_a_continuation_includes_the_rehydrated_history(
         model=sim.config.model, input="and next?", previous_response_id=first.id
     )
     probe = sim.last("/v1/responses")
-    assert counted.input_tokens > alone.input_tokens + first.usage.input_tokens
+    assert counted.input_tokens > alone.input_tokens + usage_of(first).input_tokens
     second = client.responses.create(
         model=sim.config.model, input="and next?", previous_response_id=first.id
     )
-    assert counted.input_tokens == second.usage.input_tokens
+    assert counted.input_tokens == usage_of(second).input_tokens
     # Same lineage headers as the chain, so a router sends the count where the blocks are.
     turn = sim.last("/v1/responses")
     assert probe.headers["x-session-id"] == turn.headers["x-session-id"]
@@ -97,7 +101,7 @@ def test_count_without_input_counts_the_history(client: OpenAI, sim: SimServer) 
     counted = client.responses.input_tokens.count(
         model=sim.config.model, previous_response_id=first.id
     )
-    assert counted.input_tokens > first.usage.input_tokens
+    assert counted.input_tokens > usage_of(first).input_tokens
 
 
 def test_count_is_tenant_scoped(client: OpenAI, server: RunningServer, sim: SimServer) -> None:
@@ -129,4 +133,4 @@ def test_count_in_a_conversation_includes_its_items(client: OpenAI, sim: SimServ
     created = client.responses.create(
         model=sim.config.model, input="and now?", conversation=conversation.id
     )
-    assert counted.input_tokens == created.usage.input_tokens
+    assert counted.input_tokens == usage_of(created).input_tokens

@@ -15,6 +15,8 @@ import orjson
 import pytest
 import structlog
 from openai import APIStatusError, BadRequestError, OpenAI
+from openai.types.responses.response_input_param import McpApprovalResponse
+from openai.types.responses.tool_param import Mcp, McpRequireApproval
 
 from tests.conftest import RunningServer, app_server
 from tests.support.mcp_server import McpTestServer, start_mcp_server
@@ -68,14 +70,24 @@ def oai(gateway: RunningServer, keys: TenantKeys) -> OpenAI:
     return gateway.client(keys, timeout=30)
 
 
-def mcp_tool(url: str, **extra: Any) -> dict[str, Any]:
-    return {
+def mcp_tool(
+    url: str,
+    *,
+    require_approval: McpRequireApproval = "never",
+    headers: dict[str, str] | None = None,
+    authorization: str | None = None,
+) -> Mcp:
+    tool: Mcp = {
         "type": "mcp",
         "server_label": "tools",
         "server_url": url,
-        "require_approval": "never",
-        **extra,
+        "require_approval": require_approval,
     }
+    if headers is not None:
+        tool["headers"] = headers
+    if authorization is not None:
+        tool["authorization"] = authorization
+    return tool
 
 
 def dumped(response: Any) -> dict[str, Any]:
@@ -84,7 +96,9 @@ def dumped(response: Any) -> dict[str, Any]:
     return value
 
 
-def create(oai: OpenAI, *, stream: bool, **kwargs: Any) -> tuple[dict[str, Any], list[dict]]:
+def create(
+    oai: OpenAI, *, stream: bool, **kwargs: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One turn, streamed or not: the final object and (when streamed) the events."""
     if not stream:
         return dumped(oai.responses.create(**kwargs)), []
@@ -337,7 +351,7 @@ def test_approval_approved_runs_the_call(
     assert mcp_server.calls_of("add") == []
 
     sim.push(Reply("It is 8."))
-    answer = {
+    answer: McpApprovalResponse = {
         "type": "mcp_approval_response",
         "approval_request_id": request["id"],
         "approve": True,
@@ -388,7 +402,7 @@ def test_approval_denied_tells_the_model(
     assert output_types(asked) == ["mcp_list_tools", "mcp_call", "mcp_approval_request"]
     assert asked["output"][1]["output"] == "value-of-a"
     sim.push(Reply("OK, I will not add."))
-    answer = {
+    answer: McpApprovalResponse = {
         "type": "mcp_approval_response",
         "approval_request_id": asked["output"][2]["id"],
         "approve": False,

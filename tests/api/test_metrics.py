@@ -9,21 +9,24 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import RunningServer
 from tests.support.tenants import TenantKeys
+from tests.support.typed import cached_tokens, usage_of
 from tests.upstream_sim import Reply, SimServer
 
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
-def scrape(server: RunningServer) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+
+def scrape(server: RunningServer) -> Samples:
     response = httpx.get(f"{server.url}/metrics", timeout=10)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
-    samples = {}
+    samples: Samples = {}
     for family in text_string_to_metric_families(response.text):
         for sample in family.samples:
             samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
     return samples
 
 
-def value(samples: dict, name: str, **labels: str) -> float:
+def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
@@ -43,14 +46,14 @@ def test_a_continuation_moves_the_turn_token_and_request_metrics(
     assert delta("agentic_turns_total", api="responses", model=model, status="completed") == 2
     mine = {"api": "responses", "model": model, "tenant": tenant.id}
     assert delta("agentic_input_tokens_total", **mine) == (
-        first.usage.input_tokens + second.usage.input_tokens
+        usage_of(first).input_tokens + usage_of(second).input_tokens
     )
-    cached = second.usage.input_tokens_details.cached_tokens
+    cached = cached_tokens(second)
     assert cached > 0
     assert delta("agentic_cached_tokens_total", **mine) == cached
     assert delta("agentic_cache_hit_ratio_count", **mine) == 2
     assert (
-        abs(delta("agentic_cache_hit_ratio_sum", **mine) - cached / second.usage.input_tokens)
+        abs(delta("agentic_cache_hit_ratio_sum", **mine) - cached / usage_of(second).input_tokens)
         < 1e-9
     )
     # The continuation rebuilt the first turn's input and output from storage.

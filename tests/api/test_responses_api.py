@@ -3,12 +3,21 @@ input items, chains, forks and function-call round trips (on SQLite and PostgreS
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 from openai import BadRequestError, NotFoundError, OpenAI
+from openai.types.responses import (
+    ParsedResponseOutputMessage,
+    ResponseInputParam,
+    ResponseOutputMessage,
+    ToolParam,
+)
 
 from tests.conftest import RunningServer
 from tests.support.tenants import create_tenant
+from tests.support.typed import message_text, narrow, unchecked, usage_of
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
 STRICT_FIELDS = {
@@ -48,7 +57,7 @@ STRICT_FIELDS = {
 }
 
 
-def upstream_calls(sim: SimServer) -> list[dict]:
+def upstream_calls(sim: SimServer) -> list[dict[str, Any]]:
     return [r.json for r in sim.requests("/v1/responses")]
 
 
@@ -65,7 +74,7 @@ def test_create_returns_a_complete_response_object(
     assert response.id.startswith("resp_")
     assert response.status == "completed"
     assert response.output_text == "Hello there."
-    assert response.output[0].id.startswith("msg_")
+    assert narrow(response.output[0], ResponseOutputMessage).id.startswith("msg_")
     assert response.instructions == "Be brief."
     assert response.metadata == {"case": "create"}
     assert response.completed_at is not None and response.completed_at >= response.created_at
@@ -114,12 +123,14 @@ def test_stream_relays_events_with_our_ids_and_sequence_numbers(
     numbers = [e.sequence_number for e in events]
     assert numbers == list(range(len(events)))
     item_ids = {getattr(e, "item_id", None) for e in events} - {None}
-    assert item_ids == {final.output[0].id}
+    assert item_ids == {narrow(final.output[0], ResponseOutputMessage).id}
     assert all(e.response.id == final.id for e in events if hasattr(e, "response"))
     stored = client.responses.retrieve(final.id)
     # (the SDK's stream helper decorates parsed content, so compare around that)
     assert stored.model_dump(exclude={"output"}) == final.model_dump(exclude={"output"})
-    assert [o.id for o in stored.output] == [o.id for o in final.output]
+    assert [narrow(o, ResponseOutputMessage).id for o in stored.output] == [
+        narrow(o, ParsedResponseOutputMessage).id for o in final.output
+    ]
     assert stored.output_text == final.output_text == "one two three four"
 
 
@@ -224,17 +235,20 @@ def test_continuation_hits_the_prefix_cache_and_tenants_are_isolated(
     recorded = sim.requests("/v1/responses")
     first_prompt_tokens = recorded[0].prompt_tokens
     block = sim.config.block_size
-    assert first.usage.input_tokens == first_prompt_tokens
+    assert usage_of(first).input_tokens == first_prompt_tokens
     # Everything the first turn saw (prompt and answer) is a reusable prefix now.
-    reusable = first_prompt_tokens + first.usage.output_tokens
-    assert second.usage.input_tokens_details.cached_tokens >= (first_prompt_tokens // block) * block
-    assert second.usage.input_tokens_details.cached_tokens == min(
-        (reusable // block) * block, ((second.usage.input_tokens - 1) // block) * block
+    reusable = first_prompt_tokens + usage_of(first).output_tokens
+    assert (
+        usage_of(second).input_tokens_details.cached_tokens
+        >= (first_prompt_tokens // block) * block
+    )
+    assert usage_of(second).input_tokens_details.cached_tokens == min(
+        (reusable // block) * block, ((usage_of(second).input_tokens - 1) // block) * block
     )
     other = server.client(create_tenant(server.db_url))
     stranger = other.responses.create(model=sim.config.model, input=long_prompt)
-    assert stranger.usage.input_tokens == first.usage.input_tokens
-    assert stranger.usage.input_tokens_details.cached_tokens == 0
+    assert usage_of(stranger).input_tokens == usage_of(first).input_tokens
+    assert usage_of(stranger).input_tokens_details.cached_tokens == 0
     assert sim.requests("/v1/responses")[-1].json["cache_salt"] != recorded[0].json["cache_salt"]
 
 
@@ -257,8 +271,9 @@ def test_forks_from_one_parent_both_work(client: OpenAI, sim: SimServer) -> None
 
 
 def test_function_call_round_trip(client: OpenAI, sim: SimServer) -> None:
-    tools = [
-        {
+    # The SDK's FunctionToolParam requires "strict", which the API takes as optional.
+    tools: list[ToolParam] = [
+        {  # type: ignore[list-item]
             "type": "function",
             "name": "get_weather",
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
@@ -277,7 +292,7 @@ def test_function_call_round_trip(client: OpenAI, sim: SimServer) -> None:
     )
     call = first.output[-1]
     assert call.type == "function_call" and call.name == "get_weather"
-    assert call.id.startswith("fc_") and call.call_id == "call_abc"
+    assert call.id is not None and call.id.startswith("fc_") and call.call_id == "call_abc"
     sent = sim.last("/v1/responses").json
     assert sent["tools"] == tools and sent["parallel_tool_calls"] is False
     second = client.responses.create(
@@ -304,7 +319,11 @@ def test_parallel_tool_calls_are_stored_verbatim(client: OpenAI, sim: SimServer)
     response = client.responses.create(
         model=sim.config.model,
         input="two calls",
-        tools=[{"type": "function", "name": "a"}, {"type": "function", "name": "b"}],
+        # Bare function tools, as clients send them (the SDK's type requires more).
+        tools=[
+            unchecked({"type": "function", "name": "a"}),
+            unchecked({"type": "function", "name": "b"}),
+        ],
     )
     calls = [o for o in response.output if o.type == "function_call"]
     assert [c.name for c in calls] == ["a", "b"]
@@ -314,7 +333,8 @@ def test_parallel_tool_calls_are_stored_verbatim(client: OpenAI, sim: SimServer)
 
 def test_store_false_persists_nothing(client: OpenAI, sim: SimServer) -> None:
     response = client.responses.create(model=sim.config.model, input="secret", store=False)
-    assert response.status == "completed" and response.store is False
+    # The SDK's Response leaves out "store", which the API returns.
+    assert response.status == "completed" and response.store is False  # type: ignore[attr-defined]
     with pytest.raises(NotFoundError):
         client.responses.retrieve(response.id)
     with pytest.raises(NotFoundError) as error:
@@ -326,7 +346,7 @@ def test_store_false_persists_nothing(client: OpenAI, sim: SimServer) -> None:
 
 
 def test_stateless_history_resends_keep_one_session(client: OpenAI, sim: SimServer) -> None:
-    history: list[dict] = [
+    history: list[Any] = [
         {"type": "message", "role": "developer", "content": "rules"},
         {"type": "message", "role": "user", "content": "task"},
     ]
@@ -385,19 +405,21 @@ def test_delete_hides_the_response_but_not_its_descendants_history(
 
 
 def test_input_items_pagination(client: OpenAI, sim: SimServer) -> None:
-    items = [{"role": "user", "content": f"message {n}"} for n in range(5)]
+    items: ResponseInputParam = [{"role": "user", "content": f"message {n}"} for n in range(5)]
     response = client.responses.create(model=sim.config.model, input=items)
     page = client.responses.input_items.list(response.id, limit=2, order="asc")
-    assert [i.content[0].text for i in page.data] == ["message 0", "message 1"]
+    assert [message_text(i) for i in page.data] == ["message 0", "message 1"]
     assert page.has_more is True
-    assert page.first_id == page.data[0].id and page.last_id == page.data[1].id
+    # The SDK's page model leaves out first_id and last_id, which the API returns.
+    assert page.first_id == page.data[0].id  # type: ignore[attr-defined]
+    assert page.last_id == page.data[1].id  # type: ignore[attr-defined]
     everything = list(client.responses.input_items.list(response.id, limit=2, order="asc"))
-    assert [i.content[0].text for i in everything] == [f"message {n}" for n in range(5)]
+    assert [message_text(i) for i in everything] == [f"message {n}" for n in range(5)]
     newest = client.responses.input_items.list(response.id)
-    assert [i.content[0].text for i in newest.data] == [f"message {n}" for n in range(4, -1, -1)]
+    assert [message_text(i) for i in newest.data] == [f"message {n}" for n in range(4, -1, -1)]
     assert newest.has_more is False
-    after = client.responses.input_items.list(response.id, after=newest.data[1].id)
-    assert [i.content[0].text for i in after.data] == ["message 2", "message 1", "message 0"]
+    after = client.responses.input_items.list(response.id, after=narrow(newest.data[1].id, str))
+    assert [message_text(i) for i in after.data] == ["message 2", "message 1", "message 0"]
 
 
 def test_max_output_tokens_gives_incomplete(client: OpenAI, sim: SimServer) -> None:
@@ -406,7 +428,7 @@ def test_max_output_tokens_gives_incomplete(client: OpenAI, sim: SimServer) -> N
     assert response.status == "incomplete"
     assert response.incomplete_details is not None
     assert response.incomplete_details.reason == "max_output_tokens"
-    assert response.usage.output_tokens == 3
+    assert usage_of(response).output_tokens == 3
     # An incomplete response is still a valid checkpoint.
     follow = client.responses.create(
         model=sim.config.model, input="go on", previous_response_id=response.id

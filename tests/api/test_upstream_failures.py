@@ -6,11 +6,13 @@ from __future__ import annotations
 import httpx
 import pytest
 from openai import APIStatusError, BadRequestError, OpenAI
+from openai.types.responses import ResponseFailedEvent
 
 from agentic_api.app import create_app
 from tests.conftest import RunningServer, server_settings
 from tests.support.servers import ThreadedServer, free_port
 from tests.support.tenants import create_tenant
+from tests.support.typed import narrow
 from tests.upstream_sim import Disconnect, Fail, Hang, Reply, SimServer, StreamError
 
 
@@ -27,7 +29,7 @@ def test_upstream_killed_mid_stream_fails_the_response_and_keeps_the_head(
     types = [e.type for e in events]
     assert types[-2:] == ["error", "response.failed"]
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    failed = events[-1].response
+    failed = narrow(events[-1], ResponseFailedEvent).response
     assert failed.status == "failed"
     assert failed.error is not None and "ended before" in failed.error.message
     stored = client.responses.retrieve(failed.id)

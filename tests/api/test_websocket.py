@@ -221,7 +221,7 @@ def test_lane_queue_limit(server: RunningServer, tenant: TenantKeys, sim: SimSer
             socket.send(
                 json.dumps({"type": "response.create", "model": sim.config.model, "input": "q"})
             )
-        codes = []
+        codes: list[str] = []
         completed = 0
         while completed + len(codes) < MAX_QUEUED_PER_LANE + 3:
             event = json.loads(socket.recv(timeout=30))

@@ -10,6 +10,7 @@ import pytest
 from tests.conftest import RunningServer
 from tests.support.codex import Provider, codex_binary, run_codex, websocket_upgrades
 from tests.support.tenants import TenantKeys
+from tests.support.typed import served_cached_tokens
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
 # Runs the real Codex CLI against a server: seconds.
@@ -49,4 +50,4 @@ def test_codex_exec_over_websocket(
     assert calls[0].headers["x-session-id"] == calls[1].headers["x-session-id"]
     assert calls[0].json["cache_salt"] == calls[1].json["cache_salt"]
     assert second["prompt_cache_key"] == first["prompt_cache_key"]
-    assert calls[1].cached_tokens > 0
+    assert served_cached_tokens(calls[1]) > 0

@@ -12,16 +12,20 @@ from typing import Any
 
 import pytest
 from openai import BadRequestError, NotFoundError, OpenAI
+from openai.types.responses import ToolParam
 
 from tests.conftest import RunningServer
 from tests.real_vllm.conftest import RealVllm
 from tests.support.tenants import create_tenant
+from tests.support.typed import usage_of
 
 pytestmark = pytest.mark.real_vllm
 
 INSTRUCTIONS = "You are a careful coding assistant. Answer briefly."
-TOOLS = [
-    {
+# The SDK's FunctionToolParam requires "strict", which the API (and this server) take as
+# optional; the tests send what clients send.
+TOOLS: list[ToolParam] = [
+    {  # type: ignore[list-item]
         "type": "function",
         "name": "read_file",
         "description": "Read a file from the workspace and return its text.",
@@ -48,7 +52,7 @@ def blocks(tokens: int, block: int) -> int:
 
 
 def cached(response: Any) -> int:
-    return int(response.usage.input_tokens_details.cached_tokens)
+    return int(usage_of(response).input_tokens_details.cached_tokens)
 
 
 def client_for(server: RunningServer, tenant: Any) -> OpenAI:
@@ -90,17 +94,17 @@ def run_chain(
         row: dict[str, Any] = {
             "case": label,
             "turn": turn,
-            "input_tokens": response.usage.input_tokens,
-            "output_tokens": response.usage.output_tokens,
+            "input_tokens": usage_of(response).input_tokens,
+            "output_tokens": usage_of(response).output_tokens,
             "cached": cached(response),
         }
         if previous is None:
             assert row["cached"] == 0, "a fresh nonce must start cold"
             row["ideal"] = row["upper"] = 0
         else:
-            reusable_cap = blocks(response.usage.input_tokens - 1, vllm.block_size)
-            p_prev = previous.usage.input_tokens
-            o_prev = previous.usage.output_tokens
+            reusable_cap = blocks(usage_of(response).input_tokens - 1, vllm.block_size)
+            p_prev = usage_of(previous).input_tokens
+            o_prev = usage_of(previous).output_tokens
             row["ideal"] = min(blocks(p_prev, vllm.block_size), reusable_cap)
             row["upper"] = min(blocks(p_prev + o_prev - 1, vllm.block_size), reusable_cap)
         row["measured/ideal"] = round(row["cached"] / row["ideal"], 4) if row["ideal"] else None
@@ -170,14 +174,14 @@ def test_conversation_turns_reuse_every_full_block(
             max_output_tokens=1,
         )
         ideal = min(
-            blocks(previous.usage.input_tokens, real_vllm.block_size),
-            blocks(response.usage.input_tokens - 1, real_vllm.block_size),
+            blocks(usage_of(previous).input_tokens, real_vllm.block_size),
+            blocks(usage_of(response).input_tokens - 1, real_vllm.block_size),
         )
         report.append(
             {
                 "case": f"conversation/{real_server.backend}",
                 "turn": turn,
-                "input_tokens": response.usage.input_tokens,
+                "input_tokens": usage_of(response).input_tokens,
                 "cached": cached(response),
                 "ideal": ideal,
             }
@@ -199,8 +203,8 @@ def test_another_tenants_identical_prompt_gets_no_cached_tokens(
         )
 
     first, again, other = ask(owner), ask(owner), ask(stranger)
-    size = first.usage.input_tokens
-    assert other.usage.input_tokens == again.usage.input_tokens == size
+    size = usage_of(first).input_tokens
+    assert usage_of(other).input_tokens == usage_of(again).input_tokens == size
     # The control proves the cache works for the owner, so the stranger's 0 means isolation.
     assert cached(first) == 0
     assert cached(again) == blocks(size - 1, real_vllm.block_size) > 0
@@ -232,7 +236,7 @@ def test_input_tokens_agree_with_vllms_count(
         temperature=0,
         max_output_tokens=16,
     )
-    assert counted.input_tokens == first.usage.input_tokens
+    assert counted.input_tokens == usage_of(first).input_tokens
     # A continuation with a function call and its output replayed from storage.
     call_id = f"call_{nonce}"
     tool_turn: list[Any] = [
@@ -256,13 +260,13 @@ def test_input_tokens_agree_with_vllms_count(
         temperature=0,
         max_output_tokens=16,
     )
-    assert counted_next.input_tokens == second.usage.input_tokens
-    assert counted_next.input_tokens > first.usage.input_tokens
+    assert counted_next.input_tokens == usage_of(second).input_tokens
+    assert counted_next.input_tokens > usage_of(first).input_tokens
     report.append(
         {
             "case": f"input_tokens/{real_server.backend}",
             "counted": f"{counted.input_tokens},{counted_next.input_tokens}",
-            "vllm_usage": f"{first.usage.input_tokens},{second.usage.input_tokens}",
+            "vllm_usage": f"{usage_of(first).input_tokens},{usage_of(second).input_tokens}",
         }
     )
 

@@ -35,7 +35,7 @@ def test_the_row_builders_set_every_column_of_their_table() -> None:
 
 def test_busy_is_recognized_through_every_wrapping() -> None:
     locked = sqlite3.OperationalError("database is locked")
-    locked.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]
+    locked.sqlite_errorcode = sqlite3.SQLITE_BUSY
     assert is_busy(locked)
     assert is_busy(OperationalError("UPDATE t", {}, locked))
     assert is_busy(asyncpg.exceptions.LockNotAvailableError("canceling statement"))

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import CursorResult, text
 
 from agentic_api.storage.database import Database
 from agentic_api.storage.errors import DatabaseBusy
@@ -63,7 +63,7 @@ async def test_rows_descriptions_and_counts_come_back(sqlite_database: Database)
         inserted = await session.execute(
             text("INSERT INTO t VALUES (:a, :b)"), [{"a": 1, "b": "x"}, {"a": 2, "b": "y"}]
         )
-        assert inserted.rowcount == 2
+        assert isinstance(inserted, CursorResult) and inserted.rowcount == 2
     for session_of in (sqlite_database.read, sqlite_database.turn_read):
         async with session_of() as session:
             rows = (await session.execute(text("SELECT a, b FROM t ORDER BY a"))).all()

@@ -18,6 +18,7 @@ from agentic_api.storage.responses import NewItem, ResponseRepository
 from agentic_api.storage.tenants import TenantRepository
 from agentic_api.storage.turn_store.postgres import PostgresTurnStore
 from agentic_api.storage.turn_store.sqlite import SqliteTurnStore
+from agentic_api.storage.turn_store.statements import TurnInsert
 from agentic_api.storage.turn_store.store import SessionTurnStore
 from tests.support.sqlite import WriteLockHolder, database_file
 
@@ -167,9 +168,9 @@ async def test_sqlite_inserts_run_on_the_writer_thread(sqlite_database: Database
     threads: list[str] = []
     write = store._write
 
-    def spy(batches: Any) -> None:
+    def spy(turn: TurnInsert) -> None:
         threads.append(threading.current_thread().name)
-        write(batches)
+        write(turn)
 
     store._write = spy  # type: ignore[method-assign]
     await store.insert(sample_row("resp_t", tenant), ITEMS, [])

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
+from websockets.sync.connection import Connection
 
 from tests.conftest import RunningServer
 from tests.support.tenants import TenantKeys
@@ -26,9 +27,10 @@ def open_socket(server: RunningServer, tenant: TenantKeys) -> ClientConnection:
     )
 
 
-def until_terminal(socket: ClientConnection) -> list[dict[str, Any]]:
-    """Frames up to a terminal event, or a connection-level error frame."""
-    events = []
+def until_terminal(socket: Connection) -> list[dict[str, Any]]:
+    """Frames up to a terminal event, or a connection-level error frame. (A connection
+    used as a context manager is typed as the base ``Connection``.)"""
+    events: list[dict[str, Any]] = []
     while True:
         event = json.loads(socket.recv(timeout=20))
         events.append(event)

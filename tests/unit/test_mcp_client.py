@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ def mcp_server() -> Iterator[McpTestServer]:
     server.stop()
 
 
-def spec(url: str, **extra: object) -> dict[str, object]:
+def spec(url: str, **extra: object) -> dict[str, Any]:
     return {"type": "mcp", "server_label": "tools", "server_url": url, **extra}
 
 

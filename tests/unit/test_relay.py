@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentic_api.turns.relay import StreamRelay
 
 
-def base() -> dict:
+def base() -> dict[str, Any]:
     return {"id": "resp_ours", "object": "response", "output": []}
 
 
