@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: lint, types, then pytest on SQLite and PostgreSQL.
-# Needs PostgreSQL on 127.0.0.1:5432 (user postgres, trust auth) — set AGENTIC_TEST_PG
-# to another admin DSN if yours differs.
+# Runs the whole test suite: lint, types, the layer contract, then pytest on SQLite and
+# PostgreSQL, in parallel (pytest-xdist). Needs PostgreSQL on 127.0.0.1:5432 (user
+# postgres, trust auth) — set AGENTIC_TEST_PG to another admin DSN if yours differs.
+# Extra arguments go to pytest (e.g. --backend sqlite, -m "not slow", tests/api).
+# AGENTIC_TEST_WORKERS: xdist workers (default auto: one per CPU; 0 runs in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,9 +15,11 @@ fi
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy agentic_api lineage migrations
+.venv/bin/mypy agentic_api lineage migrations tests
 .venv/bin/lint-imports --no-cache
-.venv/bin/python -m pytest "$@"
+# Many tests wait (leases, disconnects, processes starting), so workers overlap well even
+# on 2 cores; each worker runs its own simulator, servers and databases.
+.venv/bin/python -m pytest -n "${AGENTIC_TEST_WORKERS:-auto}" "$@"
 
 # The fuzz tier (tests/fuzz): schemathesis over /openapi.json against a real server on
 # SQLite and PostgreSQL, over 5,000 generated requests each; prints each database's
@@ -26,7 +30,8 @@ fi
 
 # The real-vLLM tier (CPU vLLM: the tiny model, ~1-2 min once scripts/real_vllm/setup.sh has
 # its cache; SmolLM2-135M-Instruct for token-level truth, ~4 min on a loaded 2-core machine
-# once setup_smollm2.sh has its cache, ~2 min more the first time). Reuses a running vLLM given by AGENTIC_REAL_VLLM_URL.
+# once setup_smollm2.sh has its cache, ~2 min more the first time). Reuses a running vLLM
+# given by AGENTIC_REAL_VLLM_URL. Single-process: every worker would start a vLLM of its own.
 if [[ "${AGENTIC_REAL_VLLM:-0}" == "1" || "${CI:-}" == "true" ]]; then
   .venv/bin/python -m pytest -m real_vllm tests/real_vllm -rs
 fi
