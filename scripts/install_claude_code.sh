@@ -6,8 +6,11 @@ set -euo pipefail
 VERSION=2.1.328
 PREFIX="${AGENTIC_CLAUDE_CODE_PREFIX:-$HOME/.cache/agentic-api/claude-code}"
 BIN="$PREFIX/node_modules/.bin/claude"
+mkdir -p "$PREFIX"
+# One install at a time (parallel test workers, other checkouts share the cache).
+exec 9>"$PREFIX/.install.lock"
+flock 9
 if [ ! -x "$BIN" ] || ! "$BIN" --version 2>/dev/null | grep -q "$VERSION"; then
-  mkdir -p "$PREFIX"
   npm install --prefix "$PREFIX" --no-audit --no-fund --loglevel=error \
     "@anthropic-ai/claude-code@$VERSION" >&2
 fi

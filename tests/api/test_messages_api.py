@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from lineage import mint_cache_salt, resolve_stateless_session
 from tests.conftest import TEST_SECRET, RunningServer, running_server
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
+from tests.support.typed import narrow, served_cached_tokens
 from tests.upstream_sim import Call, Disconnect, Reply, SimServer, StreamError, ToolCalls
 from tests.upstream_sim.messages_api import render_messages
 from tests.upstream_sim.tokenizer import tokenize
@@ -205,7 +206,9 @@ def test_a_tool_round_trip_reuses_the_cached_prefix(
     assert calls[0].json["cache_salt"] == calls[1].json["cache_salt"]
     # The first turn's prompt and output are a prefix of the second's: cached blocks.
     assert second.usage.cache_read_input_tokens == calls[1].cached_tokens
-    assert calls[1].cached_tokens >= calls[0].prompt_tokens - sim.config.block_size
+    assert served_cached_tokens(calls[1]) >= (
+        narrow(calls[0].prompt_tokens, int) - sim.config.block_size
+    )
 
 
 def test_count_tokens_is_the_upstreams_count_and_runs_nothing(
@@ -276,13 +279,13 @@ def test_two_tenants_never_share_a_salt_and_client_salts_are_dropped(
     assert "shared-by-the-clients" not in salts
     # Same prompt, other tenant: nothing cached across the salts.
     assert sim.requests("/v1/messages")[1].cached_tokens == 0
-    assert sim.requests("/v1/messages")[2].cached_tokens > 0
+    assert served_cached_tokens(sim.requests("/v1/messages")[2]) > 0
 
 
 def test_session_header_from_claude_code_then_user_then_content(
     server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:
-    base = {
+    base: dict[str, Any] = {
         "model": sim.config.model,
         "max_tokens": 8,
         "messages": [{"role": "user", "content": "a"}],
@@ -340,7 +343,7 @@ def test_anthropic_headers_pass_through(
 def test_missing_and_wrong_keys_are_authentication_errors(
     server: RunningServer, sim: SimServer
 ) -> None:
-    body = {
+    body: dict[str, Any] = {
         "model": sim.config.model,
         "max_tokens": 8,
         "messages": [{"role": "user", "content": "a"}],
@@ -530,7 +533,7 @@ def test_recorded_turns_feed_the_admin_views_and_are_purged(
         assert [t["message_count"] for t in turns] == [1, 3]
         assert turns[0]["session_id"] == turns[1]["session_id"]
         assert turns[0]["session_source"] == "content"
-        assert turns[1]["cached_tokens"] == second.usage.cache_read_input_tokens > 0
+        assert turns[1]["cached_tokens"] == narrow(second.usage.cache_read_input_tokens, int) > 0
         assert turns[1]["input_tokens"] == prompt_tokens(second.usage)
         assert turns[1]["cache_creation_tokens"] == second.usage.cache_creation_input_tokens
         assert turns[1]["output_tokens"] == second.usage.output_tokens

@@ -126,8 +126,9 @@ def wait_for(
 
 
 def replica(view: dict[str, Any], name: str) -> dict[str, Any]:
-    (found,) = [r for r in view["replicas"] if r["replica"] == name]
-    return found
+    found: list[dict[str, Any]] = [r for r in view["replicas"] if r["replica"] == name]
+    (one,) = found
+    return one
 
 
 def metric(name: str, **labels: str) -> float:
@@ -318,11 +319,15 @@ def test_a_restarted_publisher_clears_coverage_and_is_followed_again(
             ]
         )
 
+    def store_then_read(publisher: KvEventPublisher, first_hash: int) -> dict[str, Any]:
+        store(publisher, first_hash)
+        return read()
+
     publisher = KvEventPublisher(bare_endpoint, name)
     try:
         # Until the subscription reaches it, a PUB socket drops what it sends: resend.
         wait_for(
-            lambda: (store(publisher, 10), read())[1],
+            lambda: store_then_read(publisher, 10),
             lambda v: replica(v, name)["resident_blocks"] == 2,
         )
     finally:
@@ -334,7 +339,7 @@ def test_a_restarted_publisher_clears_coverage_and_is_followed_again(
     restarted = KvEventPublisher(bare_endpoint, name)  # numbering starts at 0 again
     try:
         view = wait_for(
-            lambda: (store(restarted, 20), read())[1],
+            lambda: store_then_read(restarted, 20),
             lambda v: replica(v, name)["resident_blocks"] == 2,
         )
         assert replica(view, name)["connected"] is True

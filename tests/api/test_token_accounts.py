@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from openai import OpenAI
+from openai import OpenAI, omit
+from openai.types.responses import FunctionToolParam, ResponseFunctionToolCall
 from sqlalchemy import text
 
 from agentic_api.app import build_services
@@ -23,11 +24,12 @@ from agentic_api.settings import ConfigError
 from agentic_api.storage.database import Database
 from tests.conftest import RunningServer, running_server, server_settings
 from tests.support.tenants import create_admin_key, create_tenant
+from tests.support.typed import narrow
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
 MODEL = "sim-model"
 ENGINE_FIELDS = (b"input_messages", b"output_messages", b"raw_message_tokens")
-TOOL = {
+TOOL: FunctionToolParam = {
     "type": "function",
     "name": "lookup",
     "description": "Look a word up.",
@@ -136,7 +138,7 @@ def test_a_re_tokenized_answer_is_found_at_its_offset(
     tail = " ".join(f"word{i}" for i in range(40))
     sim.push(Reply(f"Line one.\n\n{tail}", newline_pairs_as_one=True), Reply("ok"))
     first = client.responses.create(model=MODEL, input="Two lines, please.")
-    parent_prompt = sim.last("/v1/responses").prompt_tokens
+    parent_prompt = narrow(sim.last("/v1/responses").prompt_tokens, int)
     second = client.responses.create(model=MODEL, input="Thanks", previous_response_id=first.id)
     account = account_of(admin, second.id)["account"]
     assert account["status"] == "diverged" and account["cause"] == "retokenization"
@@ -246,7 +248,7 @@ def test_missing_or_inconsistent_ids_never_fail_a_turn(
             previous = client.responses.create(
                 model=MODEL,
                 input=text,
-                **({"previous_response_id": previous.id} if previous else {}),
+                previous_response_id=previous.id if previous else omit,
             )
             turns.append(previous)
         asked_last = sim.last("/v1/responses").json.get("enable_response_messages")
@@ -330,7 +332,7 @@ def test_a_template_that_drops_tool_calls_is_named(fresh_db: str, tmp_path: Path
         dropping.push(ToolCalls([Call("lookup", {"q": "x"})]), Reply("done"))
         first = client.responses.create(model=MODEL, input="Use the tool", tools=[TOOL])
         parent_prompt = dropping.last("/v1/responses").prompt_tokens
-        call = first.output[0]
+        call = narrow(first.output[0], ResponseFunctionToolCall)
         second = client.responses.create(
             model=MODEL,
             previous_response_id=first.id,

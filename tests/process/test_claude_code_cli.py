@@ -7,10 +7,15 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from lineage import mint_cache_salt
 from tests.conftest import TEST_SECRET, RunningServer
 from tests.support.tenants import TenantKeys
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
+
+# Runs the real Claude Code CLI against a server: seconds.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from openai import OpenAI
+from openai.types.responses import FunctionToolParam
 
 from tests.conftest import RunningServer
 from tests.real_vllm.conftest import RealVllm
@@ -23,7 +24,7 @@ from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 pytestmark = pytest.mark.real_vllm
 
 MAX_OUTPUT = 40
-WEATHER = {
+WEATHER: FunctionToolParam = {
     "type": "function",
     "name": "get_weather",
     "description": "Get the current weather for a city.",

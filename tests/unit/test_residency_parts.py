@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,7 @@ def test_causes_in_order_eviction_reset_other_replica_not_seen() -> None:
     assert found is not None and found.cause == "not_seen" and found.replica is None
 
 
-def wait(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+def wait(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not met"

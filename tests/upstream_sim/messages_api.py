@@ -372,6 +372,7 @@ class _Shaper:
             )
         ]
         blocks = self._blocks(gen)
+        start: dict[str, Any]
         for index, (block, gp) in enumerate(zip(blocks, _parts_with_blocks(gen), strict=True)):
             pieces = tokenizer.split(gp.part.content) if gp is not None else []
             if block["type"] == "thinking":
