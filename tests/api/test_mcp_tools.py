@@ -18,7 +18,8 @@ from openai import APIStatusError, BadRequestError, OpenAI
 from openai.types.responses.response_input_param import McpApprovalResponse
 from openai.types.responses.tool_param import Mcp, McpRequireApproval
 
-from tests.conftest import RunningServer, app_server
+from tests.conftest import RunningServer, app_server, make_database
+from tests.support.databases import drop_pg_database
 from tests.support.mcp_server import McpTestServer, start_mcp_server
 from tests.support.servers import free_port
 from tests.support.sql import rows
@@ -43,12 +44,22 @@ def _fresh_mcp_calls(mcp_server: McpTestServer) -> None:
 
 
 @pytest.fixture(scope="module")
+def gateway_db(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The gateway's own database: on the session one, the session server's background
+    workers (which refuse loopback MCP hosts) could claim the gateway's jobs and fail them."""
+    url, pg_name = make_database(backend, tmp_path_factory.mktemp("mcp-db"))
+    yield url
+    if pg_name:
+        drop_pg_database(pg_name)
+
+
+@pytest.fixture(scope="module")
 def gateway(
-    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+    backend: str, gateway_db: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
     with app_server(
         backend,
-        db_url,
+        gateway_db,
         sim.url,
         tmp_path_factory.mktemp("mcp-data"),
         mcp_allow_loopback=True,
