@@ -19,6 +19,7 @@ from lineage import canonical_json
 from tests.conftest import RunningServer
 from tests.support.sql import rows
 from tests.support.tenants import TenantKeys, create_admin_key
+from tests.support.typed import unchecked
 from tests.support.websocket import open_socket, until_terminal
 from tests.upstream_sim import Reply, SimServer
 
@@ -412,7 +413,10 @@ def test_the_deepest_json_allowed_commits(
             {"model": MODEL, "input": [deep_item], "tools": [deep_tool], "stream": stream},
         )
         assert response.status_code == 200, response.text
-    last = client.responses.create(model=MODEL, input=[deep_item], tools=[deep_tool])
+    # Deep on purpose, in a field of the item's own ("extra") that the SDK's types lack.
+    last = client.responses.create(
+        model=MODEL, input=[unchecked(deep_item)], tools=[unchecked(deep_tool)]
+    )
     follow = client.responses.create(model=MODEL, input="x", previous_response_id=last.id)
     assert follow.status == "completed"
 

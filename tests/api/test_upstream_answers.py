@@ -10,10 +10,13 @@ from typing import Any
 
 import pytest
 from openai import APIStatusError, BadRequestError, OpenAI
+from openai.types.responses import ResponseErrorEvent, ResponseFailedEvent
+from openai.types.responses.tool_param import Mcp
 
 from tests.conftest import app_server
 from tests.support.mcp_server import McpTestServer, start_mcp_server
 from tests.support.tenants import create_tenant
+from tests.support.typed import narrow
 from tests.upstream_sim import Call, Malformed, SimServer, ToolCalls
 
 MODEL = "sim-model"
@@ -104,9 +107,9 @@ def test_malformed_stream_is_a_stored_failure(client: OpenAI, sim: SimServer, ca
     sim.push(Malformed(events=STREAMED[case]))
     events = list(client.responses.create(model=MODEL, input="x", stream=True))
     assert [e.type for e in events[-2:]] == ["error", "response.failed"], events
-    assert events[-2].code == "upstream_invalid_response"
+    assert narrow(events[-2], ResponseErrorEvent).code == "upstream_invalid_response"
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    assert_failed_not_continuable(client, events[-1].response.id)
+    assert_failed_not_continuable(client, narrow(events[-1], ResponseFailedEvent).response.id)
 
 
 @pytest.mark.parametrize("case", list(ANSWERED))
@@ -141,7 +144,7 @@ def test_malformed_answer_in_a_tool_round_is_a_stored_failure(
     """The gateway's tool loop checks every round's answer the same way: round one calls
     an MCP tool, round two's answer is malformed."""
     tenant = create_tenant(db_url)
-    tool = {
+    tool: Mcp = {
         "type": "mcp",
         "server_label": "tools",
         "server_url": mcp_server.url,
@@ -160,7 +163,7 @@ def test_malformed_answer_in_a_tool_round_is_a_stored_failure(
                 client.responses.create(model=MODEL, input="x", tools=[tool], stream=True)
             )
             assert [e.type for e in events[-2:]] == ["error", "response.failed"]
-            response_id = events[-1].response.id
+            response_id = narrow(events[-1], ResponseFailedEvent).response.id
         else:
             with pytest.raises(APIStatusError) as error:
                 client.responses.create(model=MODEL, input="x", tools=[tool])
