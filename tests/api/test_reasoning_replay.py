@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 from openai import OpenAI
 
+from tests.support.typed import unchecked
 from tests.upstream_sim import Reply, SimServer
 
 ENCRYPTED = {
@@ -52,7 +53,7 @@ def input_array(body: bytes) -> bytes:
 
 def test_reasoning_items_reach_the_model_as_it_accepts_them(client: OpenAI, sim: SimServer) -> None:
     sim.push(Reply("fixed", reasoning="thinking"), Reply("done"))
-    first = client.responses.create(model=sim.config.model, input=history())
+    first = client.responses.create(model=sim.config.model, input=unchecked(history()))
     assert first.status == "completed"
 
     sent = sim.last("/v1/responses").json["input"]
@@ -82,9 +83,9 @@ def test_a_stateless_resend_keeps_the_prefix(client: OpenAI, sim: SimServer) -> 
     """Codex over HTTP resends the whole history (store: false) every turn."""
     sim.push(Reply("one"), Reply("two"))
     turn = history()
-    client.responses.create(model=sim.config.model, input=turn, store=False)
+    client.responses.create(model=sim.config.model, input=unchecked(turn), store=False)
     turn.append({"type": "message", "role": "user", "content": "and now?"})
-    client.responses.create(model=sim.config.model, input=turn, store=False)
+    client.responses.create(model=sim.config.model, input=unchecked(turn), store=False)
     one, two = (r for r in sim.requests("/v1/responses")[-2:])
     assert input_array(two.body).startswith(input_array(one.body)[:-1] + b",")
     assert two.cached_tokens and two.cached_tokens > 0

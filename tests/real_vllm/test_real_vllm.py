@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 from openai import BadRequestError, NotFoundError, OpenAI
-from openai.types.responses import ToolParam
+from openai.types.responses import ResponseReasoningItem, ToolParam
 
 from tests.conftest import RunningServer
 from tests.real_vllm.conftest import RealVllm
 from tests.support.tenants import create_tenant
-from tests.support.typed import usage_of
+from tests.support.typed import narrow, usage_of
 
 pytestmark = pytest.mark.real_vllm
 
@@ -313,7 +313,9 @@ def test_a_history_with_reasoning_items_runs_and_replays_its_prefix(
     )
     assert first.status in ("completed", "incomplete")
     listed = client.responses.input_items.list(first.id, order="asc").data
-    assert listed[1].encrypted_content == "gAAAAB-opaque-" + nonce  # stored as sent
+    assert (
+        narrow(listed[1], ResponseReasoningItem).encrypted_content == "gAAAAB-opaque-" + nonce
+    )  # stored as sent
     second = client.responses.create(
         model=real_vllm.model,
         input="And then?",
@@ -323,14 +325,14 @@ def test_a_history_with_reasoning_items_runs_and_replays_its_prefix(
         max_output_tokens=8,
     )
     ideal = min(
-        blocks(first.usage.input_tokens, real_vllm.block_size),
-        blocks(second.usage.input_tokens - 1, real_vllm.block_size),
+        blocks(usage_of(first).input_tokens, real_vllm.block_size),
+        blocks(usage_of(second).input_tokens - 1, real_vllm.block_size),
     )
     assert cached(second) == ideal
     report.append(
         {
             "case": f"reasoning_replay/{real_server.backend}",
-            "input_tokens": second.usage.input_tokens,
+            "input_tokens": usage_of(second).input_tokens,
             "cached": cached(second),
             "ideal": ideal,
         }

@@ -133,7 +133,7 @@ class _Reply:
 def _checked_streams(http: Any) -> tuple[type, type]:
     """Body streams of ``http`` (httpx or httpx2) that feed a ``_Reply`` as they are read."""
 
-    class CheckedStream(http.SyncByteStream):  # type: ignore[misc, name-defined]
+    class CheckedStream(http.SyncByteStream):  # type: ignore[misc]
         def __init__(self, inner: Any, reply: _Reply) -> None:
             self.inner = inner
             self.reply = reply
@@ -147,7 +147,7 @@ def _checked_streams(http: Any) -> tuple[type, type]:
         def close(self) -> None:
             self.inner.close()
 
-    class CheckedAsyncStream(http.AsyncByteStream):  # type: ignore[misc, name-defined]
+    class CheckedAsyncStream(http.AsyncByteStream):  # type: ignore[misc]
         def __init__(self, inner: Any, reply: _Reply) -> None:
             self.inner = inner
             self.reply = reply
@@ -170,13 +170,14 @@ _socket_streams: weakref.WeakKeyDictionary[Any, strict.StreamCheck] = weakref.We
 
 
 def _socket_check(connection: SyncSocket | AsyncSocket, message: Any) -> None:
-    host = connection.request.headers.get("Host") if connection.request else None
-    if host is None or not watched(httpx.URL(f"http://{host}")):
+    request = connection.request
+    host = request.headers.get("Host") if request else None
+    if request is None or host is None or not watched(httpx.URL(f"http://{host}")):
         return
     stream = _socket_streams.get(connection)
     if stream is None:
         stream = _socket_streams[connection] = strict.StreamCheck(
-            f"WebSocket {connection.request.path}", socket=True
+            f"WebSocket {request.path}", socket=True
         )
     text = message.decode() if isinstance(message, bytes) else message
     try:
@@ -239,5 +240,6 @@ def _patch_sockets() -> None:
         _socket_check(self, message)
         return message
 
-    SyncSocket.recv = recv  # type: ignore[method-assign]
-    AsyncSocket.recv = recv_async  # type: ignore[method-assign]
+    # recv is overloaded in websockets' stubs; the wrapper passes every overload through.
+    SyncSocket.recv = recv  # type: ignore[method-assign, assignment]
+    AsyncSocket.recv = recv_async  # type: ignore[method-assign, assignment]

@@ -82,7 +82,12 @@ def test_output_text_arrays_and_item_status_are_filled_in_events_and_final() -> 
     """vLLM sends ``logprobs: null`` on finished parts and may leave a status out; the
     client and the store both get arrays and a status."""
     relay = StreamRelay(base())
-    part = {"type": "output_text", "text": "hi", "annotations": [], "logprobs": None}
+    part: dict[str, Any] = {
+        "type": "output_text",
+        "text": "hi",
+        "annotations": [],
+        "logprobs": None,
+    }
     done_part = relay.translate(
         {
             "type": "response.content_part.done",

@@ -142,7 +142,12 @@ def test_a_broken_stream_fails(edit: Callable[[list[dict[str, Any]]], Any], rule
 def test_lists_items_and_errors_are_checked() -> None:
     item = {"id": "msg_1", "type": "message", "role": "user", "content": []}
     raises("sdk.", lambda: strict.check_conversation_item(item, "item"))
-    page = {"object": "list", "data": [message()], "first_id": "x", "last_id": "msg_1"}
+    page: dict[str, Any] = {
+        "object": "list",
+        "data": [message()],
+        "first_id": "x",
+        "last_id": "msg_1",
+    }
     raises("list.keys", lambda: strict.check_list(page, "page", strict.check_output_item))
     page["has_more"] = False
     raises("list.cursors", lambda: strict.check_list(page, "page", strict.check_output_item))

@@ -220,7 +220,12 @@ def test_reasoning_with_encrypted_content_is_refused_as_vllm_does(sim, http):
 
 
 def test_reasoning_items_without_encrypted_content_are_accepted(sim, http):
-    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": None}
+    item: dict[str, Any] = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [],
+        "encrypted_content": None,
+    }
     body = {"model": MODEL, "input": [item, {"role": "user", "content": "hi"}]}
     assert http.post("/v1/responses", json=body).status_code == 200
     item["encrypted_content"] = ""  # vLLM tests truthiness: an empty string passes too
