@@ -16,45 +16,13 @@ from openai.types.responses import (
 )
 
 from tests.conftest import RunningServer
+from tests.support.strict import RESPONSE_KEYS
 from tests.support.tenants import create_tenant
 from tests.support.typed import message_text, narrow, unchecked, usage_of
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
-STRICT_FIELDS = {
-    "id",
-    "object",
-    "created_at",
-    "completed_at",
-    "status",
-    "model",
-    "output",
-    "error",
-    "incomplete_details",
-    "instructions",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "temperature",
-    "top_p",
-    "top_logprobs",
-    "presence_penalty",
-    "frequency_penalty",
-    "max_output_tokens",
-    "max_tool_calls",
-    "truncation",
-    "text",
-    "reasoning",
-    "store",
-    "background",
-    "service_tier",
-    "metadata",
-    "previous_response_id",
-    "conversation",
-    "prompt_cache_key",
-    "safety_identifier",
-    "user",
-    "usage",
-}
+# What strict clients require on every Response object (tests/support/strict.py).
+STRICT_FIELDS = set(RESPONSE_KEYS)
 
 
 def upstream_calls(sim: SimServer) -> list[dict[str, Any]]:
