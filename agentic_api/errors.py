@@ -13,6 +13,9 @@ class ApiError(Exception):
     status_code: int = 500
     error_type: str = "server_error"
     code: str | None = None
+    # Raised after the model ran (a commit refused for a lost conversation race): an
+    # Idempotency-Key records it as the outcome rather than letting a retry run again.
+    after_model: bool = False
 
     def __init__(
         self,

@@ -9,10 +9,12 @@ JSON of what was asked):
 - same key, claimed by a request still running: 409 ``idempotency_key_in_progress``;
 - a claim whose lease ran out (its process died) is taken over by the next request.
 
-A claim ends in one of two ways. The request stores something: the outcome is recorded
-by a commit step, in the same transaction as what it stored. Or it stores nothing (bad
-input, an upstream refusal, a lost conversation race): the claim is released, so a
-retry runs. A running claim is renewed every third of its lease.
+A claim ends in one of three ways. The request stores something: the outcome is
+recorded by a commit step, in the same transaction as what it stored. The model ran but
+its commit was refused (a lost conversation race): the refusal is recorded as the
+outcome, so a retry answers it instead of running the model again. Or it stores nothing
+before the model ran (bad input, an upstream refusal): the claim is released, so a retry
+runs. A running claim is renewed every third of its lease.
 """
 
 from __future__ import annotations
@@ -116,10 +118,23 @@ class Claim:
         beat = asyncio.create_task(self._renew_until_cancelled())
         try:
             return await work
+        except ApiError as refused:
+            if refused.after_model:
+                await self._record_refusal(refused)
+            raise
         finally:
             beat.cancel()
             await asyncio.wait({beat})
             await self.release()
+
+    async def _record_refusal(self, refused: ApiError) -> None:
+        try:
+            async with self.db.write() as session:
+                outcome = Outcome("json", refused.status_code, refused.body(), None)
+                await self.complete_in(session, outcome)
+        except Exception:
+            # Taken over meanwhile, or the database failed: the key is released instead.
+            log.exception("could not record a refusal", endpoint=self.ref.endpoint)
 
     async def release(self) -> None:
         try:

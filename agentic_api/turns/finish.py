@@ -135,6 +135,7 @@ async def complete_turn(
             # The error takes the terminal event's place (and sequence number).
             log.warning("commit refused", response_id=turn.response_id, code=refused.code)
             emit(stamped(error_event(refused), terminal["sequence_number"]))
+            refused.after_model = True
             raise
         except Exception as exc:
             # The database itself failed (our checks ran before the model did). The

@@ -346,7 +346,7 @@ def test_expired_keys_are_pruned(server: RunningServer, tenant: TenantKeys, sim:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_lost_conversation_race_releases_the_key(
+def test_a_lost_conversation_race_is_the_keys_outcome(
     server: RunningServer, tenant: TenantKeys, sim: SimServer, stream: bool
 ) -> None:
     conversation = post(server, tenant, "/v1/conversations", {}, None).json()["id"]
@@ -373,6 +373,9 @@ def test_a_lost_conversation_race_releases_the_key(
         assert sse_data(lost)[-1]["code"] == "conversation_conflict"
     else:
         assert lost.status_code == 409
+    # The model ran once; the retry answers the refusal instead of running it again.
     retried = post(server, tenant, "/v1/responses", request, key)
-    assert retried.status_code == 200
-    assert sim.calls("/v1/responses") == 2
+    assert retried.status_code == 409, retried.text
+    assert retried.json()["error"]["code"] == "conversation_conflict"
+    assert retried.headers.get("idempotent-replayed") == "true"
+    assert sim.calls("/v1/responses") == 1
