@@ -171,19 +171,8 @@ class UpstreamClient:
         self, body: bytes, headers: Mapping[str, str]
     ) -> AsyncIterator[UpstreamStream]:
         """POST a prepared /v1/responses body (``stream: true``) and yield the event stream."""
-        try:
-            response = await self._http.post(
-                "v1/responses", data=body, headers={**headers, **_EVENT_STREAM}
-            )
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise from_transport(exc, self.base_url) from exc
-        try:
-            if response.status != 200:
-                raise from_status(response.status, await self._read(response))
-            yield UpstreamStream(response, self.base_url)
-        finally:
-            response.release()
-            response.close()
+        async with self._stream("v1/responses", body, headers) as stream:
+            yield stream
 
     # -- the Anthropic Messages API (vLLM serves /v1/messages natively) -----------------
 
@@ -205,10 +194,17 @@ class UpstreamClient:
     ) -> AsyncIterator[UpstreamStream]:
         """POST a prepared /v1/messages body (``stream: true``) and yield its event stream;
         a refusal before the stream starts is raised here, as an ``ApiError``."""
+        async with self._stream("v1/messages", body, headers) as stream:
+            yield stream
+
+    @asynccontextmanager
+    async def _stream(
+        self, path: str, body: bytes, headers: Mapping[str, str]
+    ) -> AsyncIterator[UpstreamStream]:
+        """POST ``body`` asking for server-sent events; a refusal before the stream starts
+        (any status but 200) is raised as an ``ApiError``."""
         try:
-            response = await self._http.post(
-                "v1/messages", data=body, headers={**headers, **_EVENT_STREAM}
-            )
+            response = await self._http.post(path, data=body, headers={**headers, **_EVENT_STREAM})
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise from_transport(exc, self.base_url) from exc
         try:
