@@ -8,12 +8,25 @@ list of ids.
 from __future__ import annotations
 
 import sys
+import threading
 from array import array
 
 import zstandard
 
 ENCODING = "u32le+zstd"
 _LEVEL = 3
+
+
+# A compressor per thread, made once: making one costs about as much as compressing a
+# short prompt, and one object must not be used by two threads at once.
+_local = threading.local()
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    compressor: zstandard.ZstdCompressor | None = getattr(_local, "compressor", None)
+    if compressor is None:
+        compressor = _local.compressor = zstandard.ZstdCompressor(level=_LEVEL)
+    return compressor
 
 
 class ArtifactCorrupt(ValueError):
@@ -27,7 +40,7 @@ def pack_ids(ids: array[int]) -> bytes:
     if sys.byteorder == "big":
         raw = array("I", ids)
         raw.byteswap()
-    return zstandard.ZstdCompressor(level=_LEVEL).compress(raw.tobytes())
+    return _compressor().compress(raw.tobytes())
 
 
 def unpack_ids(blob: bytes, count: int, encoding: str = ENCODING) -> array[int]:

@@ -28,8 +28,8 @@ async def from_channel(
 ) -> AsyncIterator[bytes]:
     finished = False
     try:
-        while (event := await channel.next_event()) is not None:
-            yield event_bytes(event)
+        while events := await channel.next_events():
+            yield b"".join([event_bytes(event) for event in events])
         finished = True
     finally:
         # Reaching here early means the client left; the turn goes on unless told not to.

@@ -183,6 +183,10 @@ class ResponseEvent(Base):
         ForeignKey("responses.id", ondelete="CASCADE"), primary_key=True
     )
     sequence_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # A row holds a run of consecutive events, sequence_number..last_sequence_number, their
+    # JSON joined by newlines (storage/turn_rows.py): a streamed turn's hundreds of events
+    # are one row. NULL: one event (rows stored before runs existed).
+    last_sequence_number: Mapped[int | None] = mapped_column(Integer, nullable=True)
     data: Mapped[str] = mapped_column(Text)
 
 

@@ -29,11 +29,15 @@ from agentic_api.storage.turn_rows import (
     event_values,
     item_values,
     response_values,
+    stored_events,
 )
 from agentic_api.storage.types import utcnow
 
 # Callers hand the repository NewItem; it is defined with the rows a turn writes.
 __all__ = ["NewItem", "ResponseRepository", "StoredItem"]
+
+# The number of the last event an event row holds (one row may hold a run of them).
+last_of_row = func.coalesce(ResponseEvent.last_sequence_number, ResponseEvent.sequence_number)
 
 # Identity, creation time and deletion of a reserved row outlive its completion.
 _KEPT_ON_COMPLETION = frozenset({"id", "tenant_id", "created_at", "deleted_at"})
@@ -173,9 +177,7 @@ class ResponseRepository:
 
     async def last_sequence(self, response_id: str) -> int:
         """The highest stored event sequence number, -1 when there is none."""
-        query = select(func.max(ResponseEvent.sequence_number)).where(
-            ResponseEvent.response_id == response_id
-        )
+        query = select(func.max(last_of_row)).where(ResponseEvent.response_id == response_id)
         found = (await self.session.execute(query)).scalar_one_or_none()
         return -1 if found is None else int(found)
 
@@ -185,13 +187,18 @@ class ResponseRepository:
 
     async def events(self, response_id: str, after: int | None) -> Sequence[tuple[int, str]]:
         query = (
-            select(ResponseEvent.sequence_number, ResponseEvent.data)
+            select(
+                ResponseEvent.sequence_number,
+                ResponseEvent.last_sequence_number,
+                ResponseEvent.data,
+            )
             .where(ResponseEvent.response_id == response_id)
             .order_by(ResponseEvent.sequence_number)
         )
         if after is not None:
-            query = query.where(ResponseEvent.sequence_number > after)
-        return [(seq, data) for seq, data in (await self.session.execute(query)).all()]
+            query = query.where(last_of_row > after)
+        rows = (await self.session.execute(query)).all()
+        return stored_events([(first, last, data) for first, last, data in rows], after)
 
     async def input_items(
         self,

@@ -61,12 +61,51 @@ def item_values(
     ]
 
 
+class StoredEventsCorrupt(ValueError):
+    """A stored run of events does not hold as many events as its numbers say."""
+
+
 def event_values(response_id: str, events: Sequence[tuple[int, str]]) -> list[dict[str, Any]]:
-    """One row of ``EVENT_COLUMNS`` per stored event ``(sequence_number, json)``."""
-    return [
-        {"response_id": response_id, "sequence_number": number, "data": data}
-        for number, data in events
-    ]
+    """The rows of ``EVENT_COLUMNS`` for events ``(sequence_number, json)``: one row per run
+    of consecutive numbers, the events' JSON joined by newlines. orjson (and any JSON
+    encoder's compact output) writes no raw newline, so the join is unambiguous; one row
+    instead of one per event is most of what storing a streamed turn used to cost."""
+    rows: list[dict[str, Any]] = []
+    start = 0
+    for index in range(1, len(events) + 1):
+        if index < len(events) and events[index][0] == events[index - 1][0] + 1:
+            continue
+        run = events[start:index]
+        rows.append(
+            {
+                "response_id": response_id,
+                "sequence_number": run[0][0],
+                "last_sequence_number": run[-1][0],
+                "data": run[0][1] if len(run) == 1 else "\n".join(data for _, data in run),
+            }
+        )
+        start = index
+    return rows
+
+
+def stored_events(
+    rows: Sequence[tuple[int, int | None, str]], after: int | None
+) -> list[tuple[int, str]]:
+    """The events ``(sequence_number, json)`` that stored rows ``(sequence_number,
+    last_sequence_number, data)`` hold, those numbered after ``after`` only."""
+    floor = -1 if after is None else after
+    events: list[tuple[int, str]] = []
+    for first, last, data in rows:
+        if last is None or last == first:
+            if first > floor:
+                events.append((first, data))
+            continue
+        pieces = data.split("\n")
+        if len(pieces) != last - first + 1:
+            raise StoredEventsCorrupt(f"events {first}..{last} are stored as {len(pieces)} pieces")
+        skip = max(0, floor + 1 - first)
+        events.extend((first + offset, piece) for offset, piece in enumerate(pieces[skip:], skip))
+    return events
 
 
 _LIVE = (

@@ -60,8 +60,22 @@ def test_token_fields_are_taken_out_and_checked_against_usage() -> None:
     assert "usage.input_tokens is 3" in take_reported_tokens(short).reason  # type: ignore[union-attr]
     harmony = {"usage": usage(1, 1), "input_messages": [{"role": "user"}], "output_messages": []}
     assert isinstance(take_reported_tokens(harmony), MissingTokens)
-    negative = {"usage": usage(1, 1), "input_messages": [{"tokens": [-1]}], "output_messages": []}
-    assert isinstance(take_reported_tokens(negative), MissingTokens)
+    for bad in ([-1], [2**32], [True], [1.0], ["5"], [None], [5, 6, [7]]):
+        malformed = {
+            "usage": usage(1, 1),
+            "input_messages": [{"tokens": bad}],
+            "output_messages": [],
+        }
+        refused = take_reported_tokens(malformed)
+        assert isinstance(refused, MissingTokens), bad
+        assert "not unsigned 32-bit integers" in refused.reason, bad
+    largest = {
+        "usage": usage(2, 0),
+        "input_messages": [{"tokens": [0, 2**32 - 1]}],
+        "output_messages": [],
+    }
+    kept = take_reported_tokens(largest)
+    assert isinstance(kept, ReportedTokens) and list(kept.prompt) == [0, 2**32 - 1]
     absent = take_reported_tokens({"usage": usage(1, 1, 0)})
     assert (
         isinstance(absent, MissingTokens) and absent.reason == "the upstream returned no token ids"
