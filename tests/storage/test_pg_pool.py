@@ -1,0 +1,62 @@
+"""PostgreSQL's pool pings a connection only after it sat idle (storage/engine.py): one
+whose server side went away meanwhile is replaced at checkout, and one in steady use is
+handed out without a round trip."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from agentic_api.storage import engine as engine_module
+from agentic_api.storage.engine import create_engine
+from tests.support.databases import pg_dsn
+
+
+@pytest.fixture
+async def pg_engine(pg_url: str) -> AsyncIterator[tuple[AsyncEngine, str]]:
+    engine = create_engine(pg_url, pool_size=1)
+    yield engine, pg_url
+    await engine.dispose()
+
+
+async def backend_pid(engine: AsyncEngine) -> int:
+    async with engine.connect() as connection:
+        return int((await connection.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+
+async def terminate(url: str, pid: int) -> None:
+    admin = await asyncpg.connect(pg_dsn(url))
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+
+
+async def test_an_idle_connection_that_died_is_replaced_at_checkout(
+    pg_engine: tuple[AsyncEngine, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, url = pg_engine
+    monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_SECONDS", 0.0)
+    first = await backend_pid(engine)
+    await terminate(url, first)
+    # Pinged at checkout, found dead, replaced: the statement runs on a new backend.
+    assert await backend_pid(engine) != first
+
+
+async def test_a_connection_in_steady_use_is_not_pinged(
+    pg_engine: tuple[AsyncEngine, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, url = pg_engine
+    monkeypatch.setattr(engine_module, "PING_AFTER_IDLE_SECONDS", 3600.0)
+    first = await backend_pid(engine)
+    assert await backend_pid(engine) == first
+    await terminate(url, first)
+    # Not pinged (used a moment ago): the dead connection reaches the statement, which
+    # is what the ping after idleness exists to prevent.
+    with pytest.raises(Exception, match=r"(?i)connection|terminat"):
+        await backend_pid(engine)
+    assert await backend_pid(engine) != first
