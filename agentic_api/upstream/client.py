@@ -18,7 +18,7 @@ from multidict import CIMultiDictProxy
 
 from agentic_api.errors import ApiError
 from agentic_api.upstream.errors import UpstreamInvalidAnswer, from_status, from_transport
-from agentic_api.upstream.sse import SseEvent, parse_sse, split_lines
+from agentic_api.upstream.sse import SseDecoder, SseEvent
 
 # Idle connections are dropped before a typical server would (uvicorn, which vLLM runs
 # on, closes them after 5 s), so a request is not sent on a connection being closed.
@@ -37,7 +37,12 @@ class UpstreamStream:
 
     async def events(self) -> AsyncIterator[SseEvent]:
         try:
-            async for event in parse_sse(split_lines(self._response.content.iter_any())):
+            # One generator between the socket and the pump: the decoder is synchronous.
+            decoder = SseDecoder()
+            async for chunk in self._response.content.iter_any():
+                for event in decoder.feed(chunk):
+                    yield event
+            for event in decoder.end():
                 yield event
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise from_transport(exc, self._base_url, sent=True) from exc
@@ -79,7 +84,7 @@ class UpstreamClient:
                 # Cookies an upstream (or a router in front of it) sets are not kept: they
                 # would be shared by every tenant's turns, and handling them costs time.
                 cookie_jar=aiohttp.DummyCookieJar(),
-                # Our own line splitting (sse.split_lines) has no line-length limit.
+                # Our own line splitting (sse.SseDecoder) has no line-length limit.
                 read_bufsize=2**16,
             )
         return self._session

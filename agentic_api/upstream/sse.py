@@ -2,62 +2,80 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SseEvent:
     event: str | None
     data: str
 
 
-async def split_lines(chunks: AsyncIterable[bytes]) -> AsyncIterator[str]:
-    """Lines (without their ``\n`` / ``\r\n``) of a byte stream, whatever their length.
+class SseDecoder:
+    """Server-sent events from a byte stream, incrementally: each chunk fed in returns the
+    events it completed. Synchronous on purpose: a chunk carrying many events (an upstream
+    that got ahead of us) is one pass over its bytes, where chained async generators cost
+    several suspensions per line, and every relayed event paid them.
 
-    Splitting bytes on ``\n`` before decoding is safe: UTF-8 never uses that byte inside a
-    multi-byte character. A final line without a terminator is yielded too.
+    Lines end with ``\n`` (a ``\r`` before it is dropped); splitting bytes on ``\n``
+    before decoding is safe, UTF-8 never uses that byte inside a multi-byte character. A
+    line may arrive in any number of chunks, however long. Comments and ids are ignored;
+    a final event or line without its terminator is delivered by ``end``.
     """
-    parts: list[bytes] = []
-    async for chunk in chunks:
+
+    __slots__ = ("_data", "_event", "_partial")
+
+    def __init__(self) -> None:
+        self._partial: list[bytes] = []
+        self._event: str | None = None
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[SseEvent]:
+        events: list[SseEvent] = []
         start = 0
-        while (end := chunk.find(b"\n", start)) != -1:
-            parts.append(chunk[start:end])
-            yield _decode_line(b"".join(parts))
-            parts.clear()
+        find = chunk.find
+        while (end := find(b"\n", start)) != -1:
+            if self._partial:
+                # Kept in pieces: a long line arriving in many chunks is joined once.
+                self._partial.append(chunk[start:end])
+                line = b"".join(self._partial)
+                self._partial.clear()
+            else:
+                line = chunk[start:end]
             start = end + 1
+            self._line(line, events)
         if start < len(chunk):
-            # Kept in pieces: a long line arriving in many chunks is joined once.
-            parts.append(chunk[start:])
-    if parts:
-        yield _decode_line(b"".join(parts))
+            self._partial.append(chunk[start:])
+        return events
 
+    def end(self) -> list[SseEvent]:
+        """What the stream's end completes: a last line and event without terminators."""
+        events: list[SseEvent] = []
+        if self._partial:
+            line = b"".join(self._partial)
+            self._partial.clear()
+            self._line(line, events)
+        if self._data:
+            events.append(SseEvent(self._event, "\n".join(self._data)))
+            self._event, self._data = None, []
+        return events
 
-def _decode_line(line: bytes) -> str:
-    return line.removesuffix(b"\r").decode("utf-8", "replace")
-
-
-async def parse_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
-    """Yields one event per blank-line-terminated block; comments and ids are ignored."""
-    event: str | None = None
-    data: list[str] = []
-    async for raw in lines:
-        line = raw.rstrip("\r\n")
+    def _line(self, raw: bytes, events: list[SseEvent]) -> None:
+        line = raw.decode("utf-8", "replace").rstrip("\r")
         if not line:
-            if data:
-                yield SseEvent(event, "\n".join(data))
-            event, data = None, []
-            continue
-        if line.startswith(":"):
-            continue
+            if self._data:
+                events.append(SseEvent(self._event, "\n".join(self._data)))
+            self._event, self._data = None, []
+            return
+        if line[0] == ":":
+            return
         field, _, value = line.partition(":")
-        value = value.removeprefix(" ")
+        if value[:1] == " ":
+            value = value[1:]
         if field == "event":
-            event = value
+            self._event = value
         elif field == "data":
-            data.append(value)
-    if data:
-        yield SseEvent(event, "\n".join(data))
+            self._data.append(value)
 
 
 def frame_sse(event_type: str, data: bytes) -> bytes:

@@ -1,4 +1,5 @@
-"""The upstream client's own pieces: SSE line splitting and transport error mapping."""
+"""The upstream client's own pieces: transport error mapping (SSE decoding:
+tests/unit/test_sse_decoder.py)."""
 
 from __future__ import annotations
 
@@ -13,43 +14,6 @@ import pytest
 from agentic_api.errors import UpstreamError
 from agentic_api.upstream.client import UpstreamClient
 from agentic_api.upstream.errors import UpstreamInterrupted
-from agentic_api.upstream.sse import parse_sse, split_lines
-
-
-async def chunks_of(*parts: bytes) -> AsyncIterator[bytes]:
-    for part in parts:
-        yield part
-
-
-async def lines(*parts: bytes) -> list[str]:
-    return [line async for line in split_lines(chunks_of(*parts))]
-
-
-async def test_lines_split_across_chunks_with_crlf_and_no_final_newline() -> None:
-    assert await lines(b"event: a\r\nda", b"ta: 1\n\n", b"data: tail") == [
-        "event: a",
-        "data: 1",
-        "",
-        "data: tail",
-    ]
-
-
-async def test_multibyte_characters_cut_between_chunks_survive() -> None:
-    text = "données — 数据".encode()
-    assert await lines(text[:8], text[8:13], text[13:], b"\n") == ["données — 数据"]
-
-
-async def test_a_line_far_longer_than_any_buffer_is_one_line() -> None:
-    long_line = b"data: " + b"x" * 3_000_000
-    pieces = [long_line[i : i + 65536] for i in range(0, len(long_line), 65536)]
-    found = await lines(*pieces, b"\n\n")
-    assert found == [long_line.decode(), ""]
-
-
-async def test_events_from_split_lines() -> None:
-    stream = split_lines(chunks_of(b'event: e\ndata: {"a":', b"1}\n\n: comment\ndata: 2\n\n"))
-    events = [event async for event in parse_sse(stream)]
-    assert [(e.event, e.data) for e in events] == [("e", '{"a":1}'), (None, "2")]
 
 
 def closed_port() -> int:
