@@ -27,17 +27,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentic_api.errors import ApiError, UpstreamError
+from agentic_api.errors import UpstreamError
 from agentic_api.log import get_logger
-from agentic_api.metrics import TurnMeter
 from agentic_api.services import Services
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.finish import Emit, complete_turn, fail_turn, pump, upstream_outcome_error
-from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
-from agentic_api.turns.relay import StreamRelay
-from agentic_api.turns.render import streams_upstream
+from agentic_api.turns.finish import complete_turn, fail_turn
+from agentic_api.turns.in_progress import TurnInProgress
+from agentic_api.turns.prepare import Caller, prepare_turn
+from agentic_api.turns.round import upstream_round
 from agentic_api.turns.summary_request import COMPACTION_TRIGGER, summary_text
-from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import normalize_usage
@@ -62,9 +59,10 @@ class _Progress:
     with no content; a ``response.compaction.compacting`` event per upstream delta
     (the summary itself stays hidden until it is whole); the item done."""
 
-    def __init__(self, relay: StreamRelay, emit: Emit) -> None:
-        self.relay = relay
-        self.emit = emit
+    def __init__(self, run: TurnInProgress) -> None:
+        self.run = run
+        self.relay = run.relay
+        self.emit = run.emit
         self.item_id = mint_id(IdKind.COMPACTION)
         self.output_index = 0
         self.announced = False
@@ -83,6 +81,10 @@ class _Progress:
             )
 
     def upstream_event(self, event: dict[str, Any]) -> None:
+        if not self.relay.opened:
+            # Opened from no snapshot: a compacting turn's streamed objects keep the
+            # request's own sampling fields.
+            self.run.show_start({})
         # The relay keeps the upstream's terminal object or error; its own version of
         # each event is not for the client, whose output is the compaction item only.
         self.relay.translate(event, stamp=False)
@@ -112,49 +114,21 @@ class _Progress:
         )
 
 
-async def run_compaction_turn(
-    services: Services,
-    turn: PreparedTurn,
-    relay: StreamRelay,
-    emit: Emit,
-    events: list[dict[str, Any]],
-    meter: TurnMeter,
-    channel: TurnChannel | None,
-) -> dict[str, Any]:
+async def run_compaction_turn(run: TurnInProgress) -> dict[str, Any]:
     """A turn asked with a ``compaction_trigger``: one summary request upstream, then the
     turn completes with the ``compaction`` item as its output (what the client sees,
     what is stored and what a continuation replays)."""
-    progress = _Progress(relay, emit)
-    failure: ApiError | None = None
-    if streams_upstream(turn.request):
-        try:
-            async with services.upstream.stream_response(turn.body, turn.headers) as stream:
-                if channel is not None:
-                    channel.opened()
-                for event in relay.opening_events():
-                    emit(event)
-                progress.announce()
-                failure = await pump(stream.events(), relay, progress.upstream_event)
-            meter.upstream_done()
-        except ApiError as exc:
-            if not relay.opened:
-                if channel is not None:
-                    channel.failed_to_open(exc)
-                raise
-            failure = exc
-    else:
-        try:
-            relay.upstream_final = await services.upstream.create_response(turn.body, turn.headers)
-        except UpstreamInterrupted as exc:
-            failure = exc
-        meter.upstream_done()
-    failure = failure or upstream_outcome_error(relay)
-    upstream = relay.upstream_final or {}
-    summary = summary_text(upstream) if failure is None else ""
-    if failure is None and not summary:
-        failure = UpstreamError("The model returned no summary to compact the history with.")
-    if failure is not None:
-        await fail_turn(services, turn, relay, emit, events, failure)
+    turn = run.turn
+    progress = _Progress(run)
+    # The client sees the item announced as soon as the response opens.
+    run.after_opening = progress.announce
+    await upstream_round(run, turn.body, progress.upstream_event)
+    upstream = run.relay.upstream_final or {}
+    summary = summary_text(upstream)
+    if not summary:
+        await fail_turn(
+            run, UpstreamError("The model returned no summary to compact the history with.")
+        )
     if upstream.get("status") == "incomplete":
         # The summary was cut at its output limit; it is still the summary the model
         # wrote, and the compaction it asked for is done.
@@ -162,11 +136,7 @@ async def run_compaction_turn(
     item = compaction_item(progress.item_id, summary)
     progress.done(item)
     return await complete_turn(
-        services,
-        turn,
-        relay,
-        emit,
-        events,
+        run,
         status="completed",
         output=[item],
         model_output=[to_item(item)],

@@ -1,33 +1,27 @@
 """How a turn ends, whichever way it ran (one upstream round or several): the final
 object committed, then the terminal event; or the failure stored, then
-``response.failed``. Also the upstream event pump the runners share."""
+``response.failed``."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
-import orjson
-
-from agentic_api.errors import ApiError, Conflict, NotFound, UpstreamError
+from agentic_api.errors import ApiError, Conflict, NotFound
 from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.storage.errors import nothing_written
 from agentic_api.turns.commit import commit_turn
+from agentic_api.turns.in_progress import TurnInProgress
 from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.relay import StreamRelay
 from agentic_api.turns.token_plan import TokenRecord
 from agentic_api.turns.tokens import after_commit, cancel_parent_read, settle_tokens
-from agentic_api.upstream.sse import SseEvent
 from agentic_api.wire.events import error_event, stamped, terminal_event
 from agentic_api.wire.items import Item
 from agentic_api.wire.response_object import finish_response, response_error
-from agentic_api.wire.upstream_answer import EventCheck, final_problem
 
 log = get_logger("agentic_api.turns.run")
-
-Emit = Callable[[dict[str, Any]], None]
 
 
 class TurnFailed(Exception):
@@ -39,70 +33,8 @@ class TurnFailed(Exception):
         self.error = error
 
 
-async def pump(
-    upstream_events: AsyncIterator[SseEvent],
-    relay: StreamRelay,
-    handle: Callable[[dict[str, Any]], None],
-) -> ApiError | None:
-    """Feeds each decoded upstream event to ``handle`` until the upstream's terminal
-    event or error (which the relay keeps); returns the transport's failure, if any."""
-    check = EventCheck()
-    try:
-        async for sse in upstream_events:
-            if sse.data == "[DONE]":
-                break
-            try:
-                parsed = orjson.loads(sse.data)
-            except orjson.JSONDecodeError:
-                return invalid_answer("an event is not valid JSON")
-            problem = check.problem(parsed)
-            if problem is not None:
-                return invalid_answer(problem)
-            handle(parsed)
-            if relay.upstream_final is not None or relay.upstream_error is not None:
-                break
-    except ApiError as exc:
-        return exc
-    return None
-
-
-def invalid_answer(problem: str) -> ApiError:
-    """The model server's answer is not a well-formed response: the turn fails (and is
-    stored as failed), it never becomes a checkpoint."""
-    # The problem may quote what the upstream sent: keep it short.
-    shown = problem if len(problem) <= 300 else problem[:300] + "…"
-    return UpstreamError(
-        f"The model server's answer is not a valid response: {shown}.",
-        code="upstream_invalid_response",
-    )
-
-
-def upstream_outcome_error(relay: StreamRelay) -> ApiError | None:
-    if relay.upstream_error is not None:
-        message = relay.upstream_error.get("message") or "the model server reported an error"
-        return UpstreamError(f"The model server failed mid-stream: {message}")
-    final = relay.upstream_final
-    if final is None:
-        return UpstreamError(
-            "The model server's stream ended before the response was complete.",
-            code="upstream_stream_interrupted",
-        )
-    problem = final_problem(final)
-    if problem is not None:
-        return invalid_answer(problem)
-    if final.get("status") == "failed":
-        error = final.get("error") or {}
-        message = error.get("message") if isinstance(error, dict) else None
-        return UpstreamError(f"The model failed: {message or 'no reason given'}")
-    return None
-
-
 async def complete_turn(
-    services: Services,
-    turn: PreparedTurn,
-    relay: StreamRelay,
-    emit: Emit,
-    events: list[dict[str, Any]],
+    run: TurnInProgress,
     *,
     status: str,
     output: list[dict[str, Any]],
@@ -113,6 +45,8 @@ async def complete_turn(
 ) -> dict[str, Any]:
     """Commits the turn and sends its terminal event. ``output`` is what the client
     sees; ``model_output`` what the model saw, which is what is stored and replayed."""
+    services, turn, relay, emit = run.services, run.turn, run.relay, run.emit
+    run.upstream_over()
     relay.adopt_sampling(upstream)
     final = finish_response(
         relay.base,
@@ -125,7 +59,7 @@ async def complete_turn(
     terminal = relay.stamp(terminal_event(final))
     tokens = await settle_tokens(services, turn, relay, model_output)
     if turn.request.store:
-        stored_events = [*events, terminal] if turn.records_events else None
+        stored_events = [*run.events, terminal] if turn.records_events else None
         try:
             await _commit_retrying_once(services, turn, final, model_output, stored_events, tokens)
         except (Conflict, NotFound) as refused:
@@ -151,7 +85,7 @@ async def complete_turn(
             )
             # The terminal event was never sent: the failure's events take its number on.
             relay.release(terminal)
-            await fail_turn(services, turn, relay, emit, events, lost)
+            await fail_turn(run, lost)
     turn.model_output = list(model_output)
     emit(terminal)
     after_commit(services, turn, tokens)
@@ -186,15 +120,10 @@ async def _commit_retrying_once(
             log.warning("commit retried", response_id=turn.response_id, reason=type(exc).__name__)
 
 
-async def fail_turn(
-    services: Services,
-    turn: PreparedTurn,
-    relay: StreamRelay,
-    emit: Emit,
-    events: list[dict[str, Any]],
-    failure: ApiError,
-) -> NoReturn:
+async def fail_turn(run: TurnInProgress, failure: ApiError) -> NoReturn:
     """Stores the failure (input only: never a checkpoint) and ends the stream."""
+    services, turn, relay, emit = run.services, run.turn, run.relay, run.emit
+    run.upstream_over()
     cancel_parent_read(turn)
     log.warning("turn failed", response_id=turn.response_id, reason=failure.message)
     final = finish_response(
@@ -214,7 +143,7 @@ async def fail_turn(
                 turn,
                 final,
                 [],
-                [*events, terminal] if turn.records_events else None,
+                [*run.events, terminal] if turn.records_events else None,
                 histories=services.histories,
                 failure=failure.body()["error"],
             )

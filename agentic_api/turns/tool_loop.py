@@ -34,35 +34,25 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_api.errors import ApiError, InvalidRequest
+from agentic_api.errors import InvalidRequest
 from agentic_api.log import get_logger
 from agentic_api.mcp.catalog import GatewayTool, ToolCatalog
 from agentic_api.mcp.client import CallOutcome, McpLimits
 from agentic_api.mcp.specs import is_mcp
 from agentic_api.mcp.toolbox import McpToolbox, check_hosts
-from agentic_api.metrics import TurnMeter
-from agentic_api.services import Services
 from agentic_api.settings import Settings
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.finish import (
-    Emit,
-    complete_turn,
-    fail_turn,
-    pump,
-    upstream_outcome_error,
-)
+from agentic_api.turns.finish import complete_turn
+from agentic_api.turns.in_progress import TurnInProgress
 from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.relay import StreamRelay
 from agentic_api.turns.render import (
     add_agentic_context,
     agentic_context_of,
     render_body,
-    streams_upstream,
     upstream_fields,
 )
+from agentic_api.turns.round import upstream_round
 from agentic_api.turns.token_plan import TOKEN_IDS_FIELD
 from agentic_api.turns.tool_events import GatewayEvents
-from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire import mcp as wire
 from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.response_object import add_usage, empty_usage, normalize_usage
@@ -123,47 +113,17 @@ def check_mcp_hosts(turn: PreparedTurn, settings: Settings) -> None:
     )
 
 
-async def run_tool_turn(
-    services: Services,
-    turn: PreparedTurn,
-    relay: StreamRelay,
-    emit: Emit,
-    events: list[dict[str, Any]],
-    meter: TurnMeter,
-    channel: TurnChannel | None,
-) -> dict[str, Any]:
-    loop = ToolLoop(services, turn, relay, emit, events, meter, channel)
-    try:
-        return await loop.run()
-    except ApiError as exc:
-        if not loop.channel_open and channel is not None:
-            channel.failed_to_open(exc)
-        raise
+async def run_tool_turn(run: TurnInProgress) -> dict[str, Any]:
+    return await ToolLoop(run).run()
 
 
 class ToolLoop:
-    def __init__(
-        self,
-        services: Services,
-        turn: PreparedTurn,
-        relay: StreamRelay,
-        emit: Emit,
-        events: list[dict[str, Any]],
-        meter: TurnMeter,
-        channel: TurnChannel | None,
-    ) -> None:
-        self.services = services
-        self.settings = services.settings
-        self.turn = turn
-        self.relay = relay
-        self.emit = emit
-        self.events = events
-        self.meter = meter
-        self.channel = channel
-        self.streaming = streams_upstream(turn.request)
-        # Once a tool has run, the turn has happened: failures after that are stored.
-        self.started = False
-        self.channel_open = False
+    def __init__(self, in_progress: TurnInProgress) -> None:
+        self.in_progress = in_progress
+        self.settings = in_progress.services.settings
+        self.turn = in_progress.turn
+        self.relay = in_progress.relay
+        self.emit = in_progress.emit
 
     async def run(self) -> dict[str, Any]:
         turn, settings = self.turn, self.settings
@@ -180,8 +140,11 @@ class ToolLoop:
                         mint_id(IdKind.MCP_LIST_TOOLS), server.server_label, listed
                     )
                 )
+            # The client sees the tool listings right after the response opens.
+            self.in_progress.after_opening = lambda: self._show_listings(state)
             if resumed:
-                self._open(state)
+                # Approved calls run before round 1: the client's stream starts now.
+                self.in_progress.show_start({})
                 await self._settle_approvals(toolbox, state, resumed)
             return await self._rounds(toolbox, catalog, state)
 
@@ -231,20 +194,7 @@ class ToolLoop:
             resumed.append((planned, denial))
         return resumed
 
-    def _accepted(self) -> None:
-        """The upstream took round 1 (or approvals run first): the client's stream starts."""
-        if self.channel is not None and not self.channel_open:
-            self.channel_open = True
-            self.channel.opened()
-
-    def _open(self, state: LoopState, first: dict[str, Any] | None = None) -> None:
-        """Shows the client the response and the tool listings, once; ``first`` is the
-        upstream's first event (its snapshot says the sampling applied)."""
-        if self.relay.opened:
-            return
-        self._accepted()
-        for event in self.relay.open_with(first or {}):
-            self.emit(event)
+    def _show_listings(self, state: LoopState) -> None:
         for index, item in enumerate(state.output):
             if item["type"] == "mcp_list_tools":
                 self._send(wire.list_tools_events(index, item))
@@ -331,46 +281,20 @@ class ToolLoop:
 
     async def _round(self, state: LoopState, gateway_events: GatewayEvents) -> None:
         """One upstream request; the relay holds its final object afterwards."""
-        self.relay.start_round(len(state.output))
+        relay = self.relay
+        relay.start_round(len(state.output))
         body = render_body(state.fields, [*state.prompt, *state.model_output])
-        headers = self.turn.headers
-        upstream = self.services.upstream
-        failure: ApiError | None = None
-        if self.streaming:
+        show_start = self.in_progress.show_start
 
-            def handle(event: dict[str, Any]) -> None:
-                self._open(state, event)
-                ours = self.relay.translate(event, stamp=False)
-                if ours is not None:
-                    self._send(gateway_events.convert(ours))
+        def handle(event: dict[str, Any]) -> None:
+            if not relay.opened:
+                show_start(event)
+            ours = relay.translate(event, stamp=False)
+            if ours is not None:
+                self._send(gateway_events.convert(ours))
 
-            accepted = False
-            try:
-                async with upstream.stream_response(body, headers) as stream:
-                    accepted = True
-                    self._accepted()
-                    failure = await pump(stream.events(), self.relay, handle)
-            except ApiError as exc:
-                if not accepted and not self.relay.opened:
-                    raise
-                failure = exc
-            self._open(state)
-        else:
-            try:
-                self.relay.upstream_final = await upstream.create_response(body, headers)
-            except UpstreamInterrupted as exc:
-                failure = exc
-            except ApiError as exc:
-                if not self.started:
-                    raise
-                failure = exc
-        self.started = True
-        if failure is None:
-            failure = upstream_outcome_error(self.relay)
-        if failure is not None:
-            self.meter.upstream_done()
-            await fail_turn(self.services, self.turn, self.relay, self.emit, self.events, failure)
-        final = self.relay.upstream_final or {}
+        await upstream_round(self.in_progress, body, handle)
+        final = relay.upstream_final or {}
         state.upstream = final
         state.usage = add_usage(state.usage, normalize_usage(final.get("usage")))
 
@@ -434,7 +358,8 @@ class ToolLoop:
     ) -> None:
         if not calls:
             return
-        self.started = True
+        # Once a tool has run, the turn has happened: failures after that are stored.
+        self.in_progress.worked = True
         outcomes = await asyncio.gather(*(toolbox.call(c.tool, c.arguments) for c in calls))
         state.calls_run += len(calls)
         for call, outcome in zip(calls, outcomes, strict=True):
@@ -474,13 +399,8 @@ class ToolLoop:
     async def _finish(
         self, state: LoopState, status: str, incomplete_details: dict[str, Any] | None
     ) -> dict[str, Any]:
-        self.meter.upstream_done()
         return await complete_turn(
-            self.services,
-            self.turn,
-            self.relay,
-            self.emit,
-            self.events,
+            self.in_progress,
             status=status,
             output=state.output,
             model_output=state.model_output,

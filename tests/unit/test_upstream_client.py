@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
 
 from agentic_api.errors import UpstreamError
 from agentic_api.upstream.client import UpstreamClient
 from agentic_api.upstream.errors import UpstreamInterrupted
+from tests.support.loopback import client_of
 
 
 def closed_port() -> int:
@@ -33,43 +32,6 @@ async def test_connection_refused_is_unreachable_even_for_a_turn() -> None:
         assert (error.value.status_code, error.value.code) == (502, "upstream_unreachable")
     finally:
         await client.aclose()
-
-
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-@asynccontextmanager
-async def client_of(
-    handler: Handler, *, host: str = "127.0.0.1", path: str = "", **options: Any
-) -> AsyncIterator[UpstreamClient]:
-    """An UpstreamClient pointed at a raw TCP server on loopback answering with ``handler``.
-
-    On exit the handlers still running are cancelled and their connections closed (an
-    unclosed transport is a ResourceWarning, an error in this suite)."""
-    handlers: set[asyncio.Task[None]] = set()
-    writers: list[asyncio.StreamWriter] = []
-
-    async def tracked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        handlers.add(task)
-        writers.append(writer)
-        await handler(reader, writer)
-
-    server = await asyncio.start_server(tracked, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    client = UpstreamClient(f"http://{host}:{port}{path}", **options)
-    try:
-        yield client
-    finally:
-        await client.aclose()
-        server.close()
-        for task in handlers:
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
-        for writer in writers:
-            writer.close()
-        await server.wait_closed()
 
 
 async def test_answer_cut_after_the_request_was_sent_is_interrupted() -> None:
