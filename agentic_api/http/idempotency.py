@@ -1,16 +1,15 @@
-"""The ``Idempotency-Key`` header: read and checked here, acted on in ``idempotency.py``."""
+"""The ``Idempotency-Key`` header: read and checked here, acted on in ``idempotency.py``
+(through ``serving/``), and a replayed outcome rendered."""
 
 from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agentic_api.background.follow import follow
 from agentic_api.errors import InvalidRequest
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.http.sse import from_followed, sse_response
-from agentic_api.services import Services
-from agentic_api.storage.idempotency import Outcome
+from agentic_api.serving.results import Replayed
 from agentic_api.wire.limits import MAX_IDEMPOTENCY_KEY_LENGTH
 
 HEADER = "Idempotency-Key"
@@ -33,14 +32,14 @@ def idempotency_key(request: Request) -> str | None:
     return value
 
 
-def replay(services: Services, outcome: Outcome) -> Response:
+def replay(replayed: Replayed) -> Response:
     """The stored outcome: the same JSON status and body, or the response's event stream
     (followed live when the response is a background one still running)."""
-    if outcome.kind == "stream" and outcome.response_id is not None:
-        streamed = sse_response(from_followed(follow(services.db, outcome.response_id, None)))
+    if replayed.events is not None:
+        streamed = sse_response(from_followed(replayed.events))
         streamed.headers.update(REPLAYED)
         return streamed
-    return JsonResponse(outcome.body, status_code=outcome.status_code, headers=REPLAYED)
+    return JsonResponse(replayed.body, status_code=replayed.status_code, headers=REPLAYED)
 
 
 def _visible_ascii(value: str) -> bool:

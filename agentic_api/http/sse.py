@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from starlette.responses import StreamingResponse
 
-from agentic_api.turns.channel import TurnChannel
+from agentic_api.turns.stream import TurnStream
 from agentic_api.upstream.sse import frame_sse
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -23,18 +23,14 @@ def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-async def from_channel(
-    channel: TurnChannel, task: asyncio.Task[Any], *, cancel_on_disconnect: bool
-) -> AsyncIterator[bytes]:
-    finished = False
-    try:
-        while events := await channel.next_events():
+async def from_turn(stream: TurnStream) -> AsyncIterator[bytes]:
+    next_events = stream.channel.next_events
+    # Leaving early (the client went away) applies the stream's disconnect rule.
+    with stream:
+        # Every event published by now in one write: when the server falls behind, the
+        # events that piled up cost one write (and one wake-up of the client), not one each.
+        while events := await next_events():
             yield b"".join([event_bytes(event) for event in events])
-        finished = True
-    finally:
-        # Reaching here early means the client left; the turn goes on unless told not to.
-        if not finished and cancel_on_disconnect and not task.done():
-            task.cancel()
 
 
 async def from_list(events: Iterable[dict[str, Any]]) -> AsyncIterator[bytes]:

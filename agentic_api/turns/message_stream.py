@@ -36,6 +36,7 @@ class MessageStream:
         self._services = services
         self._turn = turn
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._cancel_on_disconnect = services.settings.stream_disconnect == "cancel"
         self._task = services.spawn(self._run())
 
     async def wait_opened(self) -> None:
@@ -46,15 +47,16 @@ class MessageStream:
         if first is _CLOSED:
             raise RuntimeError("the message stream ended before the upstream answered")
 
-    async def frames(self, *, cancel_on_disconnect: bool) -> AsyncIterator[bytes]:
+    async def frames(self) -> AsyncIterator[bytes]:
+        """The SSE frames to send, as they come."""
         finished = False
         try:
             while (item := await self._queue.get()) is not _CLOSED:
                 yield item
             finished = True
         finally:
-            # Reaching here early means the client left.
-            if not finished and cancel_on_disconnect and not self._task.done():
+            # Reaching here early means the client left (AGENTIC_STREAM_DISCONNECT).
+            if not finished and self._cancel_on_disconnect and not self._task.done():
                 self._task.cancel()
 
     async def _run(self) -> None:

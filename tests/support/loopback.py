@@ -77,11 +77,14 @@ def json_answer(status: int, value: Any) -> bytes:
 def sse_answer(events: Iterable[dict[str, Any]]) -> bytes:
     """An event stream answer; the stream ends where the connection is closed."""
     head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
-    frames = b"".join(
+    return head + sse_frames(events)
+
+
+def sse_frames(events: Iterable[dict[str, Any]]) -> bytes:
+    return b"".join(
         b"event: " + str(e["type"]).encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n"
         for e in events
     )
-    return head + frames
 
 
 def answering(*answers: bytes) -> Handler:

@@ -6,69 +6,39 @@ stream ends with ``error`` + ``response.failed``."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 import pytest
 
-from agentic_api.cache.recent import RecentArtifacts
 from agentic_api.errors import ApiError
-from agentic_api.services import Services
-from agentic_api.settings import Settings
-from agentic_api.storage.database import Database
-from agentic_api.storage.migrate import upgrade
 from agentic_api.storage.models import Response
-from agentic_api.storage.responses import ResponseRepository
 from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
+from agentic_api.turns.prepare import Caller, PreparedTurn
 from agentic_api.turns.run import TurnFailed, run_turn
-from agentic_api.upstream.capabilities import TokenCapabilityCache
-from agentic_api.wire.requests import parse_create_request
-from tests.support.databases import sqlite_url
-from tests.support.loopback import Handler, answering, client_of, json_answer, sse_answer
-from tests.support.tenants import create_tenant
+from tests.support.loopback import Handler, answering, json_answer, sse_answer
+from tests.support.stub_turns import (
+    STARTED,
+    completed_event,
+    migrated_sqlite,
+    new_caller,
+    prepared,
+    services_with,
+    stored,
+    upstream_final,
+)
 
-MODEL = "stub-model"
-UPSTREAM_MESSAGE = {"id": "msg_up", "type": "message", "role": "assistant", "content": []}
-WHOLE_MESSAGE = {
-    **UPSTREAM_MESSAGE,
-    "status": "completed",
-    "content": [{"type": "output_text", "text": "hi", "annotations": []}],
-}
-USAGE = {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}
-
-
-def upstream_final() -> dict[str, Any]:
-    return {"id": "resp_up", "status": "completed", "output": [WHOLE_MESSAGE], "usage": USAGE}
-
-
-STARTED: list[dict[str, Any]] = [
-    {"type": "response.created", "response": {"id": "resp_up", "status": "in_progress"}},
-    {"type": "response.output_item.added", "output_index": 0, "item": UPSTREAM_MESSAGE},
-    {
-        "type": "response.output_text.delta",
-        "output_index": 0,
-        "item_id": "msg_up",
-        "content_index": 0,
-        "delta": "hi",
-    },
-]
 REFUSAL = json_answer(400, {"error": {"message": "no such thing", "type": "BadRequestError"}})
 
 
 @pytest.fixture(scope="module")
 def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    url = sqlite_url(tmp_path_factory.mktemp("round"))
-    upgrade(url)
-    return url
+    return migrated_sqlite(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
 def caller(database_url: str) -> Caller:
-    return Caller(create_tenant(database_url).id, 0, "salt-of-the-test-tenant")
+    return new_caller(database_url)
 
 
 @dataclass
@@ -81,29 +51,9 @@ class Ran:
     row: Response | None
 
 
-@asynccontextmanager
-async def services_with(database_url: str, handler: Handler) -> AsyncIterator[Services]:
-    async with client_of(handler) as upstream:
-        db = Database.from_url(database_url, pool_size=1)
-        try:
-            yield Services(
-                settings=Settings(database_url=database_url),
-                db=db,
-                upstream=upstream,
-                secret=b"s" * 32,
-                tokens=TokenCapabilityCache(upstream, "off"),
-                artifacts=RecentArtifacts(0),
-            )
-        finally:
-            await db.close()
-
-
 async def run(database_url: str, caller: Caller, handler: Handler, *, stream: bool) -> Ran:
-    request, _raw = parse_create_request(
-        orjson.dumps({"model": MODEL, "input": "hello", "stream": stream})
-    )
     async with services_with(database_url, handler) as services:
-        turn = await prepare_turn(services.db, caller, request, histories=services.histories)
+        turn = await prepared(services, caller, stream=stream)
         channel = TurnChannel() if stream else None
         outcome: dict[str, Any] | BaseException
         try:
@@ -121,8 +71,7 @@ async def run(database_url: str, caller: Caller, handler: Handler, *, stream: bo
                 events = []
                 while (event := await channel.next_event()) is not None:
                     events.append(event)
-        async with services.db.read() as session:
-            row = await ResponseRepository(session).get_any(caller.tenant_id, turn.response_id)
+        row = await stored(services, caller, turn.response_id)
     return Ran(turn, outcome, events, refusal, row)
 
 
@@ -219,11 +168,7 @@ async def test_a_whole_answer_is_committed_before_its_terminal_event(
     database_url: str, caller: Caller, stream: bool
 ) -> None:
     final = upstream_final()
-    answer = (
-        sse_answer([*STARTED, {"type": "response.completed", "response": final}])
-        if stream
-        else json_answer(200, final)
-    )
+    answer = sse_answer([*STARTED, completed_event()]) if stream else json_answer(200, final)
     ran = await run(database_url, caller, answering(answer), stream=stream)
     assert isinstance(ran.outcome, dict) and ran.outcome["status"] == "completed"
     assert ran.row is not None and ran.row.status == "completed"

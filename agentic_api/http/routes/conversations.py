@@ -14,18 +14,13 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from agentic_api import idempotency
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
 from agentic_api.http.auth import TenantContext, require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.http.json_response import JsonResponse
-from agentic_api.idempotency import Claim
-from agentic_api.storage.conversations import (
-    ConversationRepository,
-    NewConversationItem,
-    StoredConversationItem,
-)
-from agentic_api.storage.idempotency import KeyRef, Outcome
+from agentic_api.serving.conversation_items import append_items, new_items
+from agentic_api.serving.results import Replayed
+from agentic_api.storage.conversations import ConversationRepository, StoredConversationItem
 from agentic_api.storage.models import Conversation
 from agentic_api.storage.types import to_unix
 from agentic_api.turns.errors import conversation_not_found
@@ -38,17 +33,14 @@ from agentic_api.wire.conversations import (
     UpdateConversationRequest,
     conversation_object,
     deleted_object,
-    duplicate_item,
     item_list,
     parse_add_items,
     parse_create,
     parse_update,
 )
 from agentic_api.wire.errors import ErrorBody
-from agentic_api.wire.items import Item
 from agentic_api.wire.limits import MAX_INCLUDE_ENTRIES, MAX_LIST_LIMIT
 from agentic_api.wire.listing import present_item
-from agentic_api.wire.requests import parse_json_object
 
 # Failures are OpenAI-shaped; "4XX" also replaces FastAPI's default 422 entry, which
 # would be wrong here (validation errors are rendered as 400s).
@@ -80,10 +72,6 @@ def _object(row: Conversation) -> dict[str, Any]:
     return conversation_object(row.id, to_unix(row.created_at) or 0, row.metadata_)
 
 
-def _new(items: list[Item]) -> list[NewConversationItem]:
-    return [NewConversationItem(i.id, i.type, i.data.decode()) for i in items]
-
-
 def _shown(row: StoredConversationItem) -> dict[str, Any]:
     return present_item(orjson.loads(row.data))
 
@@ -100,7 +88,7 @@ def _item_not_found(item_id: str) -> ApiError:
 async def create_conversation(request: Request, tenant: Tenant) -> JsonResponse:
     items, metadata = parse_create(await request.body())
     async with services_of(request).db.write() as session:
-        row = await ConversationRepository(session).create(tenant.id, metadata, _new(items))
+        row = await ConversationRepository(session).create(tenant.id, metadata, new_items(items))
     return JsonResponse(_object(row))
 
 
@@ -154,41 +142,12 @@ async def add_items(
     key = idempotency_key(request)
     raw = await request.body()
     items = parse_add_items(raw)
-    services = services_of(request)
-    async with services.db.write() as session:
-        claim: Claim | None = None
-        if key is not None:
-            # One transaction holds the claim, the append and the recorded outcome: a
-            # failed append rolls the claim back, so a retry runs.
-            claimed = await idempotency.claim_in(
-                session,
-                services.db,
-                KeyRef(tenant.id, idempotency.CONVERSATION_ITEMS, key),
-                idempotency.request_hash(
-                    {"conversation_id": conversation_id, "body": parse_json_object(raw)}
-                ),
-                ttl_seconds=services.settings.idempotency_ttl_seconds,
-                lease_seconds=services.settings.lease_seconds,
-            )
-            if isinstance(claimed, Outcome):
-                return replay(services, claimed)
-            claim = claimed
-        repo = ConversationRepository(session)
-        start = await repo.append(tenant.id, conversation_id, _new(items))
-        if start is None:
-            raise conversation_not_found(conversation_id)
-        # Checked after the claim, which holds the conversation's write lock, so two
-        # appends of the same id cannot both pass; raising rolls the claim back.
-        taken = await repo.taken_ids(tenant.id, conversation_id, [i.id for i in items])
-        for index, item in enumerate(items):
-            if item.id in taken:
-                raise duplicate_item(item.id, f"items[{index}].id")
-        await repo.insert_items(tenant.id, conversation_id, start, _new(items))
-        data = [present_item(item.as_dict()) for item in items]
-        result = item_list(data, [item.id for item in items])
-        if claim is not None:
-            await claim.complete_in(session, Outcome("json", 200, result, None))
-    return JsonResponse(result)
+    added = await append_items(
+        services_of(request), tenant.id, conversation_id, items, raw, key=key
+    )
+    if isinstance(added, Replayed):
+        return replay(added)
+    return JsonResponse(added)
 
 
 @router.get(

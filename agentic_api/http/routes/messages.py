@@ -22,13 +22,8 @@ from agentic_api.http.auth import (
     services_of,
 )
 from agentic_api.http.sse import SSE_HEADERS
-from agentic_api.turns.message_stream import open_message_stream
-from agentic_api.turns.messages import (
-    PreparedMessage,
-    count_message_tokens,
-    create_message,
-    prepare_message,
-)
+from agentic_api.serving.messages import answer_message
+from agentic_api.turns.messages import PreparedMessage, count_message_tokens, prepare_message
 from agentic_api.turns.prepare import Caller
 from agentic_api.wire.anthropic import (
     BETA_HEADER,
@@ -102,17 +97,10 @@ async def _prepare(request: Request, *, counting: bool) -> PreparedMessage:
     openapi_extra=_OPENAPI,
 )
 async def messages(request: Request) -> Response:
-    services = services_of(request)
-    turn = await _prepare(request, counting=False)
-    if turn.request.stream:
-        stream = await open_message_stream(services, turn)
-        cancel = services.settings.stream_disconnect == "cancel"
-        return StreamingResponse(
-            stream.frames(cancel_on_disconnect=cancel),
-            media_type="text/event-stream",
-            headers=SSE_HEADERS,
-        )
-    return Response(await create_message(services, turn), media_type="application/json")
+    answer = await answer_message(services_of(request), await _prepare(request, counting=False))
+    if isinstance(answer, bytes):
+        return Response(answer, media_type="application/json")
+    return StreamingResponse(answer.frames(), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 @router.post(

@@ -3,37 +3,29 @@ delete, input items."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-from agentic_api import idempotency
 from agentic_api.background import queue as background
 from agentic_api.background.follow import follow
-from agentic_api.background.queue import enqueue
 from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.http.auth import TenantContext, require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.http.json_response import JsonResponse
-from agentic_api.http.sse import from_channel, from_followed, from_list, from_stored, sse_response
-from agentic_api.idempotency import Claim, requires_store
-from agentic_api.storage.idempotency import KeyRef, Outcome
+from agentic_api.http.sse import from_followed, from_list, from_stored, from_turn, sse_response
+from agentic_api.serving import create
+from agentic_api.serving.results import Final, Queued, Streaming
 from agentic_api.storage.responses import ResponseRepository
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.prepare import Caller, prepare_turn
+from agentic_api.turns.prepare import Caller
 from agentic_api.turns.rebuilt_events import rebuild_events
-from agentic_api.turns.render import agentic_context_of
-from agentic_api.turns.run import TurnFailed, run_turn
 from agentic_api.wire.limits import MAX_INTEGER, MAX_LIST_LIMIT
 from agentic_api.wire.listing import present_item
 from agentic_api.wire.requests import CreateResponseRequest, parse_create_request
 from agentic_api.wire.status import TERMINAL_STATUSES
 
-T = TypeVar("T")
 router = APIRouter(tags=["responses"])
 Tenant = Annotated[TenantContext, Depends(require_tenant)]
 
@@ -63,69 +55,17 @@ def response_not_found(response_id: str) -> ApiError:
 async def create_response(request: Request, tenant: Tenant) -> Response:
     services = services_of(request)
     key = idempotency_key(request)
-    create, raw = parse_create_request(await request.body())
-    caller = caller_of(tenant)
-    claim: Claim | None = None
-    if key is not None:
-        if not create.store:
-            raise requires_store()
-        claimed = await idempotency.claim(
-            services.db,
-            KeyRef(tenant.id, idempotency.RESPONSES, key),
-            idempotency.request_hash(raw),
-            ttl_seconds=services.settings.idempotency_ttl_seconds,
-            lease_seconds=services.settings.lease_seconds,
-        )
-        if isinstance(claimed, Outcome):
-            return replay(services, claimed)
-        claim = claimed
-    if create.background:
-        queued = await enqueue(services, caller, create, claim=claim)
-        if create.stream:
-            return sse_response(from_followed(follow(services.db, queued["id"], None)))
-        return JsonResponse(queued)
-    try:
-        turn = await prepare_turn(
-            services.db,
-            caller,
-            create,
-            histories=services.histories,
-            tags=services.session_tags,
-            agentic_context=agentic_context_of(services.settings),
-        )
-    except BaseException:
-        if claim is not None:
-            await claim.release()
-        raise
-    if claim is not None:
-        # The outcome is recorded by the turn's commit, in its transaction.
-        turn.commit_steps.append(claim.records("stream" if create.stream else "json"))
-    if create.stream:
-        channel = TurnChannel()
-        task = services.spawn(_held(claim, run_turn(services, turn, channel)))
-        try:
-            await channel.wait_opened()
-        except BaseException:
-            # Let the turn's task release the key before the client can retry.
-            await asyncio.wait({task})
-            raise
-        cancel = services.settings.stream_disconnect == "cancel"
-        return sse_response(from_channel(channel, task, cancel_on_disconnect=cancel))
-    try:
-        final = await _held(claim, run_turn(services, turn))
-    except TurnFailed as failed:
-        raise ApiError(
-            f"Response '{turn.response_id}' failed: {failed.error.message}",
-            status_code=failed.error.status_code,
-            error_type=failed.error.error_type,
-            code=failed.error.code,
-        ) from failed
-    return JsonResponse(final)
-
-
-def _held(claim: Claim | None, work: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
-    """``work`` with the Idempotency-Key claim (if any) held while it runs."""
-    return work if claim is None else claim.hold(work)
+    parsed, raw = parse_create_request(await request.body())
+    created = await create.create_response(services, caller_of(tenant), parsed, raw, key=key)
+    if isinstance(created, Final):
+        return JsonResponse(created.response)
+    if isinstance(created, Streaming):
+        return sse_response(from_turn(created.stream))
+    if isinstance(created, Queued):
+        if created.events is not None:
+            return sse_response(from_followed(created.events))
+        return JsonResponse(created.response)
+    return replay(created)
 
 
 @router.get("/v1/responses/{response_id}")

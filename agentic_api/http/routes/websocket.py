@@ -20,14 +20,11 @@ from agentic_api.http.auth import TenantContext, authenticate, services_of
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
 from agentic_api.services import Services
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.connection_histories import ConnectionHistories, lane_history_after
-from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
-from agentic_api.turns.render import agentic_context_of
-from agentic_api.turns.run import TurnFailed, run_turn, run_without_model
+from agentic_api.serving.socket_turn import start_socket_turn
+from agentic_api.turns.connection_histories import ConnectionHistories
+from agentic_api.turns.prepare import Caller
 from agentic_api.wire.events import socket_error_frame, socket_event
 from agentic_api.wire.requests import parse_create_request
-from agentic_api.wire.status import CONTINUABLE_STATUSES
 
 router = APIRouter(tags=["responses"])
 log = get_logger("agentic_api.websocket")
@@ -191,71 +188,25 @@ async def _serve_create(
     body["stream"] = True
     request, _raw = parse_create_request(orjson.dumps(body))
     tenant = session.tenant
-    caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
-    try:
-        turn = await prepare_turn(
-            session.services.db,
-            caller,
-            request,
-            histories=session.services.histories,
-            local=session.local,
-            tags=session.services.session_tags,
-            agentic_context=agentic_context_of(session.services.settings),
-        )
-    except ApiError:
-        if request.previous_response_id:
-            session.local.evict(request.previous_response_id)
-        raise
-
-    def tagged(event: dict[str, Any]) -> dict[str, Any]:
-        return socket_event(event, stream_id)
-
-    if not generate:
-        for prepared_event in await run_without_model(session.services, turn):
-            await session.send(tagged(prepared_event))
-        _remember(session, lane_key, turn, [])
-        return
-    channel = TurnChannel()
-    task = session.services.spawn(run_turn(session.services, turn, channel))
-    await channel.wait_opened()
-    finished = False
-    try:
-        while (event := await channel.next_event()) is not None:
-            await session.send(tagged(event))
-        finished = True
-    finally:
-        # Cancelled here means the connection went away mid-turn: same rule as HTTP.
-        if not finished and session.services.settings.stream_disconnect == "cancel":
-            task.cancel()
-    try:
-        final = await task
-    except (TurnFailed, ApiError):
-        if request.previous_response_id:
-            session.local.evict(request.previous_response_id)
-        return
-    if final["status"] in CONTINUABLE_STATUSES:
-        # What the model saw, which differs from the client's output when tools ran.
-        seen = turn.model_output
-        output = final["output"] if seen is None else [item.as_dict() for item in seen]
-        _remember(session, lane_key, turn, output)
-
-
-def _remember(
-    session: Session, lane_key: str, turn: PreparedTurn, output: list[dict[str, Any]]
-) -> None:
-    session.local.remember(
-        lane_key,
-        lane_history_after(
-            response_id=turn.response_id,
-            model=turn.request.model,
-            session_id=turn.lineage.session_id,
-            depth=turn.lineage.depth,
-            fingerprint=turn.fingerprint,
-            stored=turn.request.store,
-            prompt=turn.prompt_items,
-            output=output,
-        ),
+    started = await start_socket_turn(
+        session.services,
+        Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt),
+        request,
+        histories=session.local,
+        lane=lane_key,
+        generate=generate,
     )
+    if isinstance(started, list):
+        for recorded in started:
+            await session.send(socket_event(recorded, stream_id))
+        return
+    stream = started.stream
+    next_event = stream.next_event
+    # Leaving early (the connection went away) applies the same rule as an HTTP stream.
+    with stream:
+        while (event := await next_event()) is not None:
+            await session.send(socket_event(event, stream_id))
+    await started.settle()
 
 
 async def _close_for_lifetime(session: Session, lifetime: float) -> None:

@@ -1,0 +1,87 @@
+"""``POST /v1/responses``: a create, from its parsed request to what the route renders.
+
+The sequence: an ``Idempotency-Key`` is claimed first (a key already answered replays
+its outcome, and nothing runs); a background request is stored queued (with the key's
+outcome, in the same transaction); anything else is prepared (a refusal releases the
+key) and run, streamed or to its end, with the key held while it runs and its outcome
+recorded by the turn's commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentic_api import idempotency
+from agentic_api.background.follow import follow
+from agentic_api.background.queue import enqueue
+from agentic_api.errors import ApiError
+from agentic_api.idempotency import Claim, requires_store
+from agentic_api.services import Services
+from agentic_api.serving.results import Final, Queued, Replayed, Streaming, replayed
+from agentic_api.storage.idempotency import KeyRef, Outcome
+from agentic_api.turns.prepare import Caller, prepare_turn
+from agentic_api.turns.render import agentic_context_of
+from agentic_api.turns.run import TurnFailed, run_turn
+from agentic_api.turns.stream import open_stream
+from agentic_api.wire.requests import CreateResponseRequest
+
+Created = Replayed | Queued | Streaming | Final
+
+
+async def create_response(
+    services: Services,
+    caller: Caller,
+    request: CreateResponseRequest,
+    raw: dict[str, Any],
+    *,
+    key: str | None,
+) -> Created:
+    """``raw``: the request as parsed JSON (an Idempotency-Key's request hash);
+    ``key``: the request's Idempotency-Key, checked."""
+    claim: Claim | None = None
+    if key is not None:
+        if not request.store:
+            raise requires_store()
+        claimed = await idempotency.claim(
+            services.db,
+            KeyRef(caller.tenant_id, idempotency.RESPONSES, key),
+            idempotency.request_hash(raw),
+            ttl_seconds=services.settings.idempotency_ttl_seconds,
+            lease_seconds=services.settings.lease_seconds,
+        )
+        if isinstance(claimed, Outcome):
+            return replayed(services.db, claimed)
+        claim = claimed
+    if request.background:
+        queued = await enqueue(services, caller, request, claim=claim)
+        return Queued(queued, follow(services.db, queued["id"], None) if request.stream else None)
+    try:
+        turn = await prepare_turn(
+            services.db,
+            caller,
+            request,
+            histories=services.histories,
+            tags=services.session_tags,
+            agentic_context=agentic_context_of(services.settings),
+        )
+    except BaseException:
+        if claim is not None:
+            await claim.release()
+        raise
+    if claim is not None:
+        # The outcome is recorded by the turn's commit, in its transaction.
+        turn.commit_steps.append(claim.records("stream" if request.stream else "json"))
+    if request.stream:
+        return Streaming(
+            await open_stream(services, turn, guard=None if claim is None else claim.hold)
+        )
+    work = run_turn(services, turn)
+    try:
+        return Final(await (work if claim is None else claim.hold(work)))
+    except TurnFailed as failed:
+        raise ApiError(
+            f"Response '{turn.response_id}' failed: {failed.error.message}",
+            status_code=failed.error.status_code,
+            error_type=failed.error.error_type,
+            code=failed.error.code,
+        ) from failed
