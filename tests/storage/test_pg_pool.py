@@ -34,8 +34,13 @@ async def terminate(url: str, pid: int) -> None:
     try:
         assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
         # Gone for the server before the test goes on (the client learns it on its next use).
-        while await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid):
+        for _ in range(500):
+            if not await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid
+            ):
+                return
             await asyncio.sleep(0.01)
+        raise AssertionError(f"backend {pid} still runs 5 s after it was terminated")
     finally:
         await admin.close()
 
