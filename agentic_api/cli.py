@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
 import sys
-from collections.abc import Awaitable, Callable
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Annotated, Any, TypeVar
 
 import typer
 
 from agentic_api.bench.cli import bench_app
+from agentic_api.cache.residency.endpoints import EndpointError, parse_endpoints
+from agentic_api.http.workers import available_cpus, plan_workers
+from agentic_api.log import configure_logging, get_logger
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade
 from agentic_api.storage.tenants import TenantRepository
 
 T = TypeVar("T")
+
+log = get_logger("agentic_api.cli")
 
 app = typer.Typer(
     help="agentic-api: a stateful OpenAI Responses API server for vLLM.",
@@ -78,11 +86,16 @@ def serve(
         bool, typer.Option("--single-tenant", help="Auth off, one local tenant (loopback only).")
     ] = False,
     workers: Annotated[
-        int | None, typer.Option(min=1, help="HTTP worker processes (AGENTIC_HTTP_WORKERS).")
+        str | None,
+        typer.Option(
+            help="HTTP worker processes: auto (one per CPU, at most 8) or a number "
+            "(AGENTIC_HTTP_WORKERS)."
+        ),
     ] = None,
 ) -> None:
     """Run the HTTP server."""
     import uvicorn
+    from pydantic import ValidationError
 
     from agentic_api.app import create_app
     from agentic_api.http.protocol import CoalescingHttpToolsProtocol
@@ -101,9 +114,21 @@ def serve(
     try:
         settings = Settings(**overrides)  # type: ignore[arg-type]
         settings.check()
+        endpoints = parse_endpoints(settings.kv_events_endpoints)
+    except ValidationError as exc:
+        _fail(f"invalid configuration: {exc}", 2)
+        return
+    except EndpointError as exc:
+        _fail(f"AGENTIC_KV_EVENTS_ENDPOINTS: {exc}", 2)
+        return
     except ConfigError as exc:
         _fail(str(exc), 2)
         return
+    configure_logging(settings.log_format, settings.log_level)
+    plan = plan_workers(settings.http_workers, endpoints, available_cpus())
+    log.info("http workers", workers=plan.count, reason=plan.reason)
+    if plan.warning is not None:
+        log.warning("http workers cannot all follow a kv event endpoint", detail=plan.warning)
     common: dict[str, Any] = {
         "host": settings.host,
         "port": settings.port,
@@ -114,7 +139,7 @@ def serve(
         "ws_max_size": settings.max_body_bytes * 4 + 65536,
         "http": CoalescingHttpToolsProtocol,
     }
-    if settings.http_workers == 1:
+    if plan.count == 1:
         uvicorn.run(create_app(settings), **common)
         return
     # Several processes: prepare what they share once, here, then let each build its app
@@ -129,7 +154,25 @@ def serve(
             str(value).lower() if isinstance(value, bool) else str(value)
         )
     os.environ["AGENTIC_AUTO_MIGRATE"] = "false"
-    uvicorn.run("agentic_api.app:create_app", factory=True, workers=settings.http_workers, **common)
+    with _shared_metrics_dir():
+        uvicorn.run("agentic_api.app:create_app", factory=True, workers=plan.count, **common)
+
+
+@contextlib.contextmanager
+def _shared_metrics_dir() -> Iterator[None]:
+    """A fresh directory for the workers' metric files (prometheus-client's multiprocess
+    mode, chosen by each worker when it imports the library, from the environment it
+    inherits): private to this server, so two servers on one host never mix their counts,
+    and removed at exit, so a restart starts from zero as a single process would."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        log.warning("PROMETHEUS_MULTIPROC_DIR replaced by this server's own", given=given)
+    directory = tempfile.mkdtemp(prefix="agentic-api-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    try:
+        yield
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @app.command()

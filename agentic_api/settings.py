@@ -26,11 +26,12 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Interface the HTTP server binds to.")
     port: int = Field(8080, ge=0, le=65535, description="TCP port the HTTP server listens on.")
-    http_workers: int = Field(
-        1,
-        ge=1,
-        description="HTTP worker processes `serve` runs (one event loop each); more use more "
-        "cores. They share the database, the secret and the background queue.",
+    http_workers: int | Literal["auto"] = Field(
+        "auto",
+        description="HTTP worker processes `serve` runs (one event loop each, so more use more "
+        "cores); they share the database, the secret and the background queue. auto: one per "
+        "CPU this process may use, at most 8, and 1 when a KV-event endpoint is bound here "
+        "(one process only can hold it). A number is obeyed as given.",
     )
     production: bool = Field(
         False,
@@ -266,6 +267,20 @@ class Settings(BaseSettings):
     def _strip_v1(cls, value: str) -> str:
         value = value.rstrip("/")
         return value.removesuffix("/v1")
+
+    @field_validator("http_workers", mode="before")
+    @classmethod
+    def _workers_count(cls, value: object) -> object:
+        # One clear message for both spellings, instead of one error per union member.
+        count = value
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text == "auto":
+                return "auto"
+            count = int(text) if text.isascii() and text.isdigit() else None
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"expected auto or a positive integer, got {value!r}")
+        return count
 
     @field_validator("mcp_allowed_hosts", mode="before")
     @classmethod
