@@ -42,6 +42,7 @@ from agentic_api.http.routes import (
     websocket,
 )
 from agentic_api.log import configure_logging, get_logger
+from agentic_api.metrics import mark_this_process_dead
 from agentic_api.services import Services
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
@@ -190,6 +191,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             grace = settings.shutdown_grace_seconds
             await asyncio.gather(workers.stop(grace), services.drain(grace))
             await services.close()
+            # One of several `serve` workers: its in-flight gauges leave the server's sums.
+            mark_this_process_dead()
             log.info("stopped")
 
     app = FastAPI(

@@ -1,7 +1,13 @@
 """Prometheus metrics: the objects, and the few helpers the pipeline calls to feed them.
 
-Everything lives in prometheus-client's default registry (so the process and platform
-collectors come along) and is exposed by ``GET /metrics``. Label sets stay bounded:
+One process (``serve`` with one worker, tests): everything lives in prometheus-client's
+default registry, so the process and platform collectors come along. Several ``serve``
+workers: ``serve`` points ``PROMETHEUS_MULTIPROC_DIR`` at a private directory before they
+start, each worker writes its values to files there, and ``exposition()`` merges every
+worker's files, so a scrape answers for the whole server whichever worker takes it (the
+process and platform collectors do not exist in that mode). Counters and histograms are
+summed over workers, dead ones included; each gauge says how it combines (its
+``multiprocess_mode``). Everything is exposed by ``GET /metrics``. Label sets stay bounded:
 routes are templates (``/v1/responses/{response_id}``), tenants are ids, models are the
 names clients send (the upstream refuses unknown ones, and a refused turn is counted
 under ``status="rejected"``), and ``api`` is the API a turn came through: ``responses``
@@ -10,12 +16,23 @@ or ``messages`` (Anthropic's).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from functools import wraps
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -103,14 +120,21 @@ HISTORY_CACHE_LOOKUPS = Counter(
     "was read from storage (miss).",
     ["result"],
 )
-STREAMS_IN_FLIGHT = Gauge("agentic_streams_in_flight", "Streaming turns now running.")
+# In-flight counts are each worker's own: the server's is their sum over live workers.
+STREAMS_IN_FLIGHT = Gauge(
+    "agentic_streams_in_flight", "Streaming turns now running.", multiprocess_mode="livesum"
+)
 BACKGROUND_TASKS = Gauge(
     "agentic_background_tasks",
     "Turns running detached from their request (streams a client may leave); drained on shutdown.",
+    multiprocess_mode="livesum",
 )
+# One queue in the database that every worker polls: each sees the same depth at a
+# different moment, so summing would count it once per worker; the newest reading wins.
 BACKGROUND_QUEUE_DEPTH = Gauge(
     "agentic_background_queue_depth",
-    "Background jobs waiting for a worker, as this process's workers last saw when polling.",
+    "Background jobs waiting for a worker, as this server's workers last saw when polling.",
+    multiprocess_mode="livemostrecent",
 )
 BACKGROUND_RECOVERED = Counter(
     "agentic_background_recovered_total",
@@ -149,6 +173,63 @@ LOST_TOKENS = Counter(
     "template, fingerprint, history_edited, not_resident, partial_block).",
     ["model", "tenant", "cause"],
 )
+
+
+def _multiprocess_dir() -> Path | None:
+    # The variable prometheus-client itself read when it was imported: it decides whether
+    # this process's values went to files or stayed in memory.
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return Path(directory) if directory else None
+
+
+def exposition() -> bytes:
+    """The text a scrape gets: this process's registry, or every worker's files merged."""
+    directory = _multiprocess_dir()
+    if directory is None:
+        return generate_latest(REGISTRY)
+    _forget_vanished_workers(directory)
+    # A fresh registry each time, as prometheus-client prescribes: the collector reads the
+    # files as they are now. (Its multiprocess module is untyped.)
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
+
+
+def mark_this_process_dead() -> None:
+    """At a worker's shutdown: its live gauges (in flight, residency) stop counting; its
+    counters and histograms stay in the totals."""
+    directory = _multiprocess_dir()
+    if directory is not None:
+        _mark_dead(os.getpid(), directory)
+
+
+def _forget_vanished_workers(directory: Path) -> None:
+    # A worker that crashed never marked itself dead, and uvicorn starts a replacement
+    # under a new pid: without this its last in-flight counts would stay in the sums.
+    pids = {
+        int(tail)
+        for file in directory.glob("gauge_live*_*.db")
+        if (tail := file.stem.rpartition("_")[2]).isdigit()
+    }
+    for pid in pids:
+        if not _alive(pid):
+            # Another worker's scrape may be removing the same files right now.
+            with contextlib.suppress(FileNotFoundError):
+                _mark_dead(pid, directory)
+
+
+def _mark_dead(pid: int, directory: Path) -> None:
+    mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, under another user
+        return True
+    return True
 
 
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:
@@ -283,13 +364,20 @@ KV_COVERAGE_RESETS = Counter(
     "disconnected (the publisher went away).",
     ["replica", "reason"],
 )
+# Every worker subscribes to the same replicas and builds the same map from the same events,
+# so a sum would count each block once per worker. A worker that joined late, lost events
+# or could not subscribe knows less, never more: the fullest view (the maximum) is the one.
 KV_RESIDENT_TOKENS = Gauge(
     "agentic_kv_resident_tokens",
     "Tokens in KV blocks a replica reported stored for our sessions and not yet removed.",
     ["replica"],
+    multiprocess_mode="livemax",
 )
 KV_TRACKED_SESSIONS = Gauge(
-    "agentic_kv_tracked_sessions", "Sessions whose residency is tracked per replica.", ["replica"]
+    "agentic_kv_tracked_sessions",
+    "Sessions whose residency is tracked per replica.",
+    ["replica"],
+    multiprocess_mode="livemax",
 )
 KV_RESIDENCY_DROPPED = Counter(
     "agentic_kv_residency_dropped_total",
@@ -303,10 +391,14 @@ KV_UNKNOWN_REMOVALS = Counter(
     "or forgotten).",
     ["replica"],
 )
+# A residency answer comes from whichever worker takes the request, so a replica is
+# followed only while every worker follows it: one disconnected worker shows as 0.
 KV_SUBSCRIBER_CONNECTED = Gauge(
     "agentic_kv_subscriber_connected",
-    "1 while this process's subscription to a replica's KV events has a live connection.",
+    "1 while the subscription to a replica's KV events has a live connection (with several "
+    "workers: in every live worker).",
     ["replica"],
+    multiprocess_mode="livemin",
 )
 KV_SESSIONS_EVICTED_IDLE = Counter(
     "agentic_kv_sessions_evicted_while_idle_total",
