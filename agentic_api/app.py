@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
+import multiprocessing
+import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -153,6 +157,35 @@ async def run_workers(settings: Settings, count: int) -> None:
         await workers.stop(settings.shutdown_grace_seconds)
         await services.close()
         log.info("workers stopped")
+
+
+def create_worker_app() -> FastAPI:
+    """The factory ``serve`` gives uvicorn for several workers: one worker's app, built
+    from the environment, that stops when its supervisor is gone."""
+    _stop_with_supervisor()
+    return create_app()
+
+
+# prctl(2): the signal this process gets when the thread that started it exits.
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_supervisor() -> None:
+    # uvicorn's supervisor forwards SIGTERM to its workers, but if it is SIGKILLed (kill -9,
+    # the OOM killer) they live on as orphans serving its socket, and a restart cannot bind
+    # the port. Linux tells a child when its parent dies: SIGTERM then, the same graceful
+    # stop the supervisor would have asked for. (uvicorn starts and restarts workers from
+    # its main thread, which lives as long as the supervisor.)
+    parent = multiprocessing.parent_process()
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("worker not tied to its supervisor", errno=ctypes.get_errno())
+        return
+    if os.getppid() != parent.pid:
+        # Gone before the request took effect: no signal will come.
+        raise RuntimeError("the supervisor exited before this worker started")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

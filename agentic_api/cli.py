@@ -155,7 +155,7 @@ def serve(
         )
     os.environ["AGENTIC_AUTO_MIGRATE"] = "false"
     with _shared_metrics_dir():
-        uvicorn.run("agentic_api.app:create_app", factory=True, workers=plan.count, **common)
+        uvicorn.run("agentic_api.app:create_worker_app", factory=True, workers=plan.count, **common)
 
 
 @contextlib.contextmanager
