@@ -1,7 +1,13 @@
-"""Our server (or worker) as a real subprocess, to be killed with SIGKILL."""
+"""Our server (or worker) as a real subprocess, to be killed with SIGKILL.
+
+``serve`` may be several processes (``AGENTIC_HTTP_WORKERS``, ``auto`` by default: uvicorn's
+supervisor and its workers), so each server starts in a session of its own and ``kill``
+takes the whole group, as a crash of the server (a container or host going down) would.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -37,6 +43,9 @@ def process_env(db_url: str, upstream: str, data_dir: Path, **settings: object) 
         }
     )
     env.update({f"AGENTIC_{k.upper()}": str(v) for k, v in settings.items()})
+    # Several workers keep their metric files in a temporary folder that a killed server
+    # cannot remove: keep it with the test's own files.
+    env["TMPDIR"] = str(data_dir / "tmp")
     return env
 
 
@@ -50,8 +59,12 @@ class Process:
             command += ["--port", str(self.port)]
         self.log = Path(env["AGENTIC_DATA_DIR"]) / f"process-{time.monotonic_ns()}.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        if "TMPDIR" in env:
+            Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as sink:
-            self.popen = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+            self.popen = subprocess.Popen(
+                command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     @classmethod
     def serve(cls, env: dict[str, str]) -> Process:
@@ -94,9 +107,15 @@ class Process:
         raise AssertionError(f"process did not come up:\n{self.output()}")
 
     def kill(self) -> None:
-        """SIGKILL: no shutdown hook, no drain, no rollback but the database's own."""
-        self.popen.send_signal(signal.SIGKILL)
+        """SIGKILL to every process of the server: no shutdown hook, no drain, no rollback
+        but the database's own. Returns once none of them runs any more."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
         self.popen.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _group_running(self.popen.pid):
+            assert time.monotonic() < deadline, "the server's workers outlived SIGKILL"
+            time.sleep(0.02)
         if self.port is not None:
             strict_wiring.unwatch(self.url)
 
@@ -112,3 +131,18 @@ class Process:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+
+def _group_running(group: int) -> bool:
+    """Whether a process of that group still runs (zombies, dead but not yet reaped by
+    whoever adopted them, do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # After the command name (in parentheses, may hold spaces): state, ppid, pgrp.
+        state, _ppid, pgrp = text.rpartition(")")[2].split()[:3]
+        if int(pgrp) == group and state not in ("Z", "X"):
+            return True
+    return False
