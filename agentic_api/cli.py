@@ -97,7 +97,6 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from agentic_api.app import create_app
     from agentic_api.http.protocol import CoalescingHttpToolsProtocol
 
     overrides: dict[str, object] = {}
@@ -140,6 +139,9 @@ def serve(
         "http": CoalescingHttpToolsProtocol,
     }
     if plan.count == 1:
+        # Imported here only: a supervisor of several workers never builds an app.
+        from agentic_api.app import create_app
+
         uvicorn.run(create_app(settings), **common)
         return
     # Several processes: prepare what they share once, here, then let each build its app
