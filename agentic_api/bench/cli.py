@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -37,15 +38,28 @@ def _pairs(values: list[str], what: str) -> dict[str, str]:
     return parsed
 
 
-def _machine() -> dict[str, Any]:
-    import os
+def _pids(values: list[str], names: list[str]) -> dict[str, int]:
+    parsed = _pairs(values, "--pid")
+    unknown = set(parsed) - set(names)
+    if unknown:
+        raise typer.BadParameter(f"--pid for unknown targets: {sorted(unknown)}")
+    try:
+        return {name: int(pid) for name, pid in parsed.items()}
+    except ValueError as exc:
+        raise typer.BadParameter("--pid takes NAME=PID with a numeric PID") from exc
 
-    return {
+
+def _machine() -> dict[str, Any]:
+    machine: dict[str, Any] = {
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    # The machine is shared: how busy it was when the run started belongs with the figures.
+    if hasattr(os, "getloadavg"):
+        machine["load_average"] = [round(v, 2) for v in os.getloadavg()]
+    return machine
 
 
 def _run(work: Any) -> Any:
@@ -147,6 +161,10 @@ def overhead(
     api_key: Annotated[
         list[str] | None, typer.Option(help="NAME=KEY for a target that needs one.")
     ] = None,
+    pid: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME=PID of a local target's server: its CPU per turn."),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")] = None,
     depths: Annotated[str, typer.Option(help="Comma-separated depths.")] = "10,40,200",
     probes: Annotated[int, typer.Option(min=1, help="Measured turns per depth.")] = 30,
@@ -166,6 +184,7 @@ def overhead(
     if direct:
         targets.insert(0, Target("direct", direct, stateful=False))
     baseline = "direct" if direct else targets[0].name
+    pids = _pids(pid or [], [t.name for t in targets])
     depth_list = [int(d) for d in depths.split(",") if d.strip()]
     if not depth_list or min(depth_list) < 1:
         raise typer.BadParameter("--depths needs positive integers")
@@ -180,7 +199,7 @@ def overhead(
                 turn_words=turn_words,
                 max_output_tokens=max_output_tokens,
             )
-            rows, chains = await run_overhead(targets, config, baseline)
+            rows, chains = await run_overhead(targets, config, baseline, pids)
             return rows, chains, config
         finally:
             for t in targets:
@@ -191,6 +210,7 @@ def overhead(
         "command": "overhead",
         "targets": {t.name: t.base_url for t in targets},
         "baseline": baseline,
+        "pids": sorted(pids),
         "model": config.model,
         "depths": depth_list,
         "probes": probes,
@@ -206,11 +226,16 @@ def overhead(
             f"{row['target']:>10} depth {row['depth']:>4}: p50 {row['p50_s'] * 1000:8.2f} ms  "
             f"p95 {row['p95_s'] * 1000:8.2f} ms  p99 {row['p99_s'] * 1000:8.2f} ms  "
             f"added p50 {_ms(row['added_p50_ms'])}  {row['turns_per_s']:.1f} turns/s"
+            + _cpu(row["server_cpu_ms_per_turn"])
         )
 
 
 def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.2f} ms"
+
+
+def _cpu(value: float | None) -> str:
+    return "" if value is None else f"  server CPU {value:.2f} ms/turn"
 
 
 @bench_app.command()

@@ -8,8 +8,9 @@ history) are sent in batches of ``concurrency``, the targets taking turns batch 
 (in a rotating order), so that whatever else the machine is doing meanwhile falls on all
 of them alike rather than on whichever ran during a noisy second. Reported per target and
 depth: latency p50/p95/p99 of the probes, the added latency versus the direct run at the
-same depth, turns/s over the target's own batches, and, where the target exposes our
-``/metrics``, SQL statements per turn.
+same depth, turns/s over the target's own batches, where the target exposes our
+``/metrics``, SQL statements per turn, and, for a local target given its server's pid, the
+server's CPU per turn (read around that target's own batches only).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from agentic_api.bench.client import (
     replayable,
 )
 from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_json
+from agentic_api.bench.process_cpu import CpuMeter
 from agentic_api.bench.stats import summary
 
 STATEMENTS_METRIC = "agentic_db_statements_total"
@@ -117,14 +119,19 @@ class Probes:
     wall_s: float = 0.0
 
 
-async def probe_interleaved(phases: Sequence[Probes], config: OverheadConfig) -> None:
+async def probe_interleaved(
+    phases: Sequence[Probes], config: OverheadConfig, meter: CpuMeter | None = None
+) -> None:
     """Sends every target its probes, a batch of ``concurrency`` at a time, the targets
-    taking turns batch by batch in a rotating order."""
+    taking turns batch by batch in a rotating order; ``meter`` counts each target's
+    server CPU during its own batches."""
     size = max(1, config.concurrency)
     for batch, first in enumerate(range(0, config.probes, size)):
         indices = range(first, min(first + size, config.probes))
         rotation = batch % len(phases)
         for phase in [*phases[rotation:], *phases[:rotation]]:
+            if meter is not None:
+                meter.start(phase.target.name)
             started = time.perf_counter()
             phase.results += await asyncio.gather(
                 *(
@@ -139,6 +146,8 @@ async def probe_interleaved(phases: Sequence[Probes], config: OverheadConfig) ->
                 )
             )
             phase.wall_s += time.perf_counter() - started
+            if meter is not None:
+                meter.stop(phase.target.name)
 
 
 async def statements(target: Target) -> float | None:
@@ -158,11 +167,18 @@ async def statements(target: Target) -> float | None:
 
 
 async def run_overhead(
-    targets: Sequence[Target], config: OverheadConfig, baseline: str
+    targets: Sequence[Target],
+    config: OverheadConfig,
+    baseline: str,
+    pids: Mapping[str, int] | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Returns (one row per target and depth, one row per chain-building turn)."""
+    """Returns (one row per target and depth, one row per chain-building turn).
+    ``pids``: target name -> its server's pid, for the server's CPU per turn."""
     if baseline not in {t.name for t in targets}:
         raise BenchError(f"baseline target {baseline!r} is not among the targets")
+    unknown = set(pids or {}) - {t.name for t in targets}
+    if unknown:
+        raise BenchError(f"--pid for unknown targets: {sorted(unknown)}")
     nonce = uuid.uuid4().hex[:8]
     for target in targets:
         warm_chain = Chain()
@@ -180,10 +196,12 @@ async def run_overhead(
             chain_rows += built
             phases.append(Probes(target, chain, seed))
         before = [await statements(phase.target) for phase in phases]
-        await probe_interleaved(phases, config)
+        meter = CpuMeter(dict(pids or {}))
+        await probe_interleaved(phases, config, meter)
         for phase, counted in zip(phases, before, strict=True):
             after = await statements(phase.target)
             results, wall = phase.results, phase.wall_s
+            cpu = meter.total(phase.target.name)
             latencies = summary([r.latency for r in results])
             rows.append(
                 {
@@ -202,6 +220,9 @@ async def run_overhead(
                         (after - counted) / len(results)
                         if counted is not None and after is not None
                         else None
+                    ),
+                    "server_cpu_ms_per_turn": (
+                        cpu * 1000 / len(results) if cpu is not None and results else None
                     ),
                 }
             )

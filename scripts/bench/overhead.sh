@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One `bench overhead` run, end to end: the simulator (with a latency model), our server and
-# (if installed) the agentic-api 0.9.0 peer, each on its own loopback port, then the bench.
+# (if installed) the agentic-api 0.9.0 peer, each on its own loopback port, then the bench,
+# with both servers' pids so that it reports their CPU per turn.
 #
 #   scripts/bench/overhead.sh [NAME] [CONCURRENCY] [DEPTHS] [PROBES]
 #
@@ -57,18 +58,20 @@ if [[ "$DB" == "postgres" ]]; then
 fi
 KEY=$(.venv/bin/agentic-api tenant create bench | sed -n "s/^api key (shown once): //p")
 .venv/bin/agentic-api serve >"$WORK/ours.log" 2>&1 &
-pids+=($!)
+OURS_PID=$!
+pids+=($OURS_PID)
 wait_http "http://127.0.0.1:$OURS_PORT/health"
 
-targets=(--target "ours=http://127.0.0.1:$OURS_PORT")
+targets=(--target "ours=http://127.0.0.1:$OURS_PORT" --pid "ours=$OURS_PID")
 if [[ -n "$PEER" && -x "$PEER/bin/agentic-server" ]]; then
   mkdir -p "$WORK/peer/home"
   HOME=$WORK/peer/home "$PEER/bin/agentic-server" --llm-api-base "http://127.0.0.1:$SIM_PORT" \
     --gateway-host 127.0.0.1 --gateway-port "$PEER_PORT" \
     --db-url "sqlite://$WORK/peer/peer.db" >"$WORK/peer.log" 2>&1 &
-  pids+=($!)
+  PEER_PID=$!
+  pids+=($PEER_PID)
   wait_http "http://127.0.0.1:$PEER_PORT/health"
-  targets+=(--target "peer=http://127.0.0.1:$PEER_PORT")
+  targets+=(--target "peer=http://127.0.0.1:$PEER_PORT" --pid "peer=$PEER_PID")
 fi
 
 .venv/bin/agentic-api bench overhead --direct "http://127.0.0.1:$SIM_PORT" "${targets[@]}" \
