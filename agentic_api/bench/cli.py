@@ -20,10 +20,15 @@ from agentic_api.bench.continuations import ContinuationConfig, run_continuation
 from agentic_api.bench.continuations import write_outputs as write_continuations
 from agentic_api.bench.overhead import OverheadConfig, run_overhead
 from agentic_api.bench.overhead import write_outputs as write_overhead
+from agentic_api.bench.streaming import StreamingConfig, StreamTarget, run_streaming
+from agentic_api.bench.streaming import failures as stream_failures
+from agentic_api.bench.streaming import summarize as summarize_streaming
+from agentic_api.bench.streaming import table as streaming_table
+from agentic_api.bench.streaming import write_outputs as write_streaming
 
 bench_app = typer.Typer(
     help="Measure a deployment: prefix-cache reuse of continuations, per-turn overhead, "
-    "concurrent agents in tool loops.",
+    "streaming cost, concurrent agents in tool loops.",
     no_args_is_help=True,
 )
 
@@ -236,6 +241,99 @@ def _ms(value: float | None) -> str:
 
 def _cpu(value: float | None) -> str:
     return "" if value is None else f"  server CPU {value:.2f} ms/turn"
+
+
+@bench_app.command()
+def streaming(
+    target: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME=URL of a Responses server (stored turns); repeat to compare."),
+    ] = None,
+    direct: Annotated[
+        str | None, typer.Option(help="The upstream itself: the 'direct' baseline.")
+    ] = None,
+    api_key: Annotated[
+        list[str] | None, typer.Option(help="NAME=KEY for a target that needs one.")
+    ] = None,
+    pid: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME=PID of a local target's server: its CPU per 1,000 events."),
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")] = None,
+    streams: Annotated[int, typer.Option(min=1, help="Concurrent streams per round.")] = 48,
+    rounds: Annotated[int, typer.Option(min=1, help="Measured rounds per target.")] = 3,
+    output_tokens: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Text tokens of each reply (max_output_tokens is one more, for the "
+            "end-of-sequence token; the upstream decides the length: the simulator's "
+            "--default-reply-tokens).",
+        ),
+    ] = 200,
+    input_words: Annotated[int, typer.Option(min=1, help="Size of each user message.")] = 40,
+    warmup_rounds: Annotated[int, typer.Option(min=0, help="Unmeasured rounds first.")] = 1,
+    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
+    name: Annotated[str, typer.Option(help="Base name of the output files.")] = "streaming",
+) -> None:
+    """Concurrent streamed turns direct vs through Responses servers: TTFB, TTFT, tail,
+    delivered deltas/s, server CPU per 1,000 events. Exits 1 if any stream failed (after
+    writing every file)."""
+    urls = _pairs(target or [], "--target")
+    keys = _pairs(api_key or [], "--api-key")
+    unknown = set(keys) - set(urls)
+    if unknown:
+        raise typer.BadParameter(f"--api-key for unknown targets: {sorted(unknown)}")
+    targets = [StreamTarget(n, u, stateful=True, api_key=keys.get(n)) for n, u in urls.items()]
+    if direct:
+        targets.insert(0, StreamTarget("direct", direct, stateful=False))
+    if not targets:
+        raise typer.BadParameter("give at least one --target or --direct")
+    pids = _pids(pid or [], [t.name for t in targets])
+    baseline = "direct" if direct else targets[0].name
+
+    async def work() -> tuple[list[Any], StreamingConfig]:
+        try:
+            config = StreamingConfig(
+                model=model or await targets[0].first_model(),
+                streams=streams,
+                rounds=rounds,
+                output_tokens=output_tokens,
+                input_words=input_words,
+                warmup_rounds=warmup_rounds,
+            )
+            return list(await run_streaming(targets, config, pids)), config
+        finally:
+            for t in targets:
+                await t.aclose()
+
+    measured, config = _run(work())
+    rows = summarize_streaming(measured, config, baseline)
+    meta = {
+        "command": "streaming",
+        "targets": {t.name: t.base_url for t in targets},
+        "baseline": baseline,
+        "pids": sorted(pids),
+        "model": config.model,
+        "streams": streams,
+        "rounds": rounds,
+        "warmup_rounds": warmup_rounds,
+        "output_tokens": output_tokens,
+        "max_output_tokens": output_tokens + 1,
+        "input_words": input_words,
+        "machine": _machine(),
+    }
+    if hasattr(os, "getloadavg"):
+        meta["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
+    for path in write_streaming(out, name, measured, rows, meta):
+        typer.echo(f"wrote {path}")
+    typer.echo(streaming_table(rows, baseline))
+    failed = stream_failures(measured)
+    for target_name, reasons in failed.items():
+        for reason, count in reasons.items():
+            typer.echo(f"FAILED {target_name}: {count} x {reason}", err=True)
+    if failed:
+        raise typer.Exit(1)
 
 
 @bench_app.command()
