@@ -240,6 +240,7 @@ def test_streams_direct_and_through_our_server_count_every_delta(
         assert row["deltas_per_s"] == pytest.approx(row["deltas"] / row["wall_s"])
         assert row["ttft_p50_ms"] <= row["ttft_p95_ms"] <= row["total_p95_ms"]
         assert row["cpu_ms_per_1k_events"] is None
+        assert row["client_cpu_ms_per_1k_events"] > 0
     assert by["direct"]["deltas_per_s_vs_baseline"] == 1.0
     assert by["direct"]["added_ttft_p50_ms"] == 0
     assert by["ours"]["added_ttft_p50_ms"] == pytest.approx(
