@@ -210,6 +210,7 @@ def overhead(
             for t in targets:
                 await t.aclose()
 
+    machine = _machine()  # before the run: its load average is the machine's, not ours
     rows, chains, config = _run(work())
     meta = {
         "command": "overhead",
@@ -222,8 +223,10 @@ def overhead(
         "concurrency": concurrency,
         "turn_words": turn_words,
         "max_output_tokens": max_output_tokens,
-        "machine": _machine(),
+        "machine": machine,
     }
+    if hasattr(os, "getloadavg"):
+        meta["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
     for path in write_overhead(out, name, rows, chains, meta, baseline):
         typer.echo(f"wrote {path}")
     for row in rows:
@@ -307,6 +310,7 @@ def streaming(
             for t in targets:
                 await t.aclose()
 
+    machine = _machine()  # before the run: its load average is the machine's, not ours
     measured, config = _run(work())
     rows = summarize_streaming(measured, config, baseline)
     meta = {
@@ -321,7 +325,7 @@ def streaming(
         "output_tokens": output_tokens,
         "max_output_tokens": output_tokens + 1,
         "input_words": input_words,
-        "machine": _machine(),
+        "machine": machine,
     }
     if hasattr(os, "getloadavg"):
         meta["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
