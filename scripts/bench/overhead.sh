@@ -6,7 +6,7 @@
 #   scripts/bench/overhead.sh [NAME] [CONCURRENCY] [DEPTHS] [PROBES]
 #
 # Env: OUT (default docs/benchmarks), DB (sqlite | postgres; default sqlite),
-# WORKERS (our HTTP workers, default 1), PEER (default: ~/.cache/agentic-api/peer-venv, set
+# WORKERS (our HTTP workers, default auto: the server's own default), PEER (default: ~/.cache/agentic-api/peer-venv, set
 # to "" to leave it out; install: python3 -m venv DIR && DIR/bin/pip install agentic-api==0.9.0).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,7 +17,7 @@ DEPTHS=${3:-10,40,200}
 PROBES=${4:-40}
 OUT=${OUT:-docs/benchmarks}
 DB=${DB:-sqlite}
-WORKERS=${WORKERS:-1}
+WORKERS=${WORKERS:-auto}
 PEER=${PEER-$HOME/.cache/agentic-api/peer-venv}
 BASE_PORT=${BASE_PORT:-18700}
 SIM_PORT=$BASE_PORT OURS_PORT=$((BASE_PORT + 1)) PEER_PORT=$((BASE_PORT + 2))

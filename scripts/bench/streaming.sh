@@ -7,7 +7,7 @@
 #
 # DECODE_S_PER_TOKEN: the simulator's decode time per generated token (0.005 = 200 tokens/s
 # per stream, real time; 0 = as fast as it can). Env: OUT (default docs/benchmarks), DB
-# (sqlite | postgres; default sqlite), WORKERS (our HTTP workers, default 1), PEER (default:
+# (sqlite | postgres; default sqlite), WORKERS (our HTTP workers, default auto: the server's own default), PEER (default:
 # ~/.cache/agentic-api/peer-venv, set to "" to leave it out; install: python3 -m venv DIR &&
 # DIR/bin/pip install agentic-api==0.9.0), BASE_PORT (default 18720: the simulator, ours +1,
 # the peer +2).
@@ -21,7 +21,7 @@ DECODE=${4:-0.005}
 ROUNDS=${5:-3}
 OUT=${OUT:-docs/benchmarks}
 DB=${DB:-sqlite}
-WORKERS=${WORKERS:-1}
+WORKERS=${WORKERS:-auto}
 PEER=${PEER-$HOME/.cache/agentic-api/peer-venv}
 BASE_PORT=${BASE_PORT:-18720}
 SIM_PORT=$BASE_PORT OURS_PORT=$((BASE_PORT + 1)) PEER_PORT=$((BASE_PORT + 2))
