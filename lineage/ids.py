@@ -10,7 +10,7 @@ steps back, while the random start and steps keep neighbours unguessable.
 
 from __future__ import annotations
 
-import secrets
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -68,6 +68,41 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class _BufferedRandom:
+    """Random bits from the OS's CSPRNG, read 4 KiB at a time.
+
+    ``secrets.randbits`` makes one ``getrandom`` system call per id, and a turn mints
+    several; under load that was ~2.5% of the server's CPU. The bytes are the same
+    quality, only fetched in bulk. A forked child drops what it inherited, so parent and
+    child never hand out the same bits."""
+
+    _CHUNK = 4096
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._offset = 0
+        self._lock = threading.Lock()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def randbits(self, bits: int) -> int:
+        size = (bits + 7) // 8
+        with self._lock:
+            if self._offset + size > len(self._buffer):
+                self._buffer = os.urandom(max(self._CHUNK, size))
+                self._offset = 0
+            chunk = self._buffer[self._offset : self._offset + size]
+            self._offset += size
+        return int.from_bytes(chunk, "big") >> (size * 8 - bits)
+
+    def _forget(self) -> None:
+        self._buffer = b""
+        self._offset = 0
+        self._lock = threading.Lock()
+
+
+_RANDOM = _BufferedRandom()
+
+
 class IdMinter:
     """Mints ids that sort in mint order; one per process is the norm.
 
@@ -79,7 +114,7 @@ class IdMinter:
         self,
         *,
         clock_ms: Callable[[], int] = _wall_clock_ms,
-        randbits: Callable[[int], int] = secrets.randbits,
+        randbits: Callable[[int], int] = _RANDOM.randbits,
     ) -> None:
         self._clock_ms = clock_ms
         self._randbits = randbits

@@ -196,3 +196,36 @@ def test_a_hand_written_id_parses() -> None:
     value = "conv_00000000000a" + "f" * 36
     assert is_valid_id(value, IdKind.CONVERSATION)
     assert id_timestamp_ms(value) == 10
+
+
+def test_buffered_random_bits_stay_within_their_width_and_cross_refills() -> None:
+    from lineage.ids import _BufferedRandom
+
+    source = _BufferedRandom()
+    for bits in (1, 7, 8, 9, 63, 64, 143, 5000 * 8):
+        values = [source.randbits(bits) for _ in range(300)]
+        assert all(0 <= value < 2**bits for value in values)
+        if bits >= 63:
+            assert len(set(values)) == len(values)
+    # 300 draws of 18 bytes cross several 4 KiB refills without repeating.
+    assert len({source.randbits(143) for _ in range(1000)}) == 1000
+
+
+def test_a_forked_child_never_reuses_the_parents_buffered_bits() -> None:
+    import os
+
+    from lineage.ids import _BufferedRandom
+
+    source = _BufferedRandom()
+    source.randbits(8)  # the buffer is filled and shared with a child from here on
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        os.write(write, source.randbits(143).to_bytes(18, "big"))
+        os._exit(0)
+    os.close(write)
+    child = int.from_bytes(os.read(read, 18), "big")
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child != source.randbits(143)
