@@ -89,7 +89,7 @@ class Database:
 
     async def close(self) -> None:
         if "turns" in self.__dict__:
-            self.turns.close()
+            await self.turns.close()
         await self.engine.dispose()
         if self.turn_engine is not self.engine:
             await self.turn_engine.dispose()

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentic_api.storage import engine as engine_module
+from agentic_api.storage.database import Database
 from agentic_api.storage.engine import create_engine
 from tests.support.databases import pg_dsn
 
@@ -69,3 +70,25 @@ async def test_a_connection_in_steady_use_is_not_pinged(
     # (asyncpg words it several ways, depending on when it read the server's goodbye.)
     with pytest.raises(Exception, match=r"(?i)connection|terminat|another operation"):
         await backend_pid(engine)
+
+
+async def test_the_turn_stores_own_pool_replaces_connections_the_server_closed(
+    pg_url: str,
+) -> None:
+    database = Database.from_url(pg_url)
+    try:
+        assert await database.turns.checkpoint("ten_none", "resp_none") is None
+        admin = await asyncpg.connect(pg_dsn(pg_url))
+        try:
+            ended = await admin.fetch(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            assert ended and all(row[0] for row in ended)
+        finally:
+            await admin.close()
+        # The client learns of the closed connection when its loop next runs.
+        await asyncio.sleep(0.2)
+        assert await database.turns.checkpoint("ten_none", "resp_none") is None
+    finally:
+        await database.close()

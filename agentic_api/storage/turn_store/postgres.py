@@ -1,10 +1,15 @@
-"""A turn's checkpoint read and its insert on PostgreSQL, on the asyncpg connection itself.
+"""A turn's checkpoint read and its insert on PostgreSQL, on asyncpg connections of the
+store's own pool.
 
-Connections still come from the engine's pool (pre-pinged, recycled, with the JSON codecs
-SQLAlchemy installs on them); the statements and value conversions are
-``storage/turn_store/statements.py``'s, compiled for the asyncpg dialect, so rows are the ones the
-repositories write and read. Each is one statement in autocommit, so one round trip:
-the checkpoint a plain SELECT; the insert the row's INSERT with the items and events
+Not SQLAlchemy's pool: checking a connection out of it and back (the AsyncConnection,
+its greenlet, the pool's events and reset) cost about as much CPU as the statement itself,
+twice per turn; an asyncpg pool's acquire is a queue operation. Its connections get the
+JSON codecs SQLAlchemy installs on its own (json and jsonb through the engine's
+serializer), so a row reads the same through either; the statements and value
+conversions are ``storage/turn_store/statements.py``'s, compiled for the asyncpg dialect,
+so rows are the ones the repositories write and read. asyncpg replaces a connection the
+server closed when it is next acquired. Each statement runs in autocommit, so one round
+trip: the checkpoint a plain SELECT; the insert the row's INSERT with the items and events
 inserted from arrays in data-modifying CTEs of the same statement (atomic as any
 statement; the items' and events' foreign keys are checked at its end, when the row is
 there). As a BEGIN / INSERT / INSERT / COMMIT transaction it had taken four. That
@@ -14,13 +19,16 @@ statement's item and event parts are generated from the same column tuples
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Sequence
 from typing import Any
 
+import asyncpg
+import orjson
 from sqlalchemy import FromClause, Table
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
 from agentic_api.storage.timing import timed_transaction
@@ -29,8 +37,11 @@ from agentic_api.storage.turn_store.statements import RowInsert, TurnInsert, Tur
 
 
 class PostgresTurnStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, pool_size: int = 10) -> None:
         self._engine = engine
+        self._pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+        self._opening = asyncio.Lock()
         self._statements = TurnStatements(engine.dialect)
         self._items = _ArrayInsert(ResponseItem.__table__, ITEM_COLUMNS, "item", engine.dialect)
         self._events = _ArrayInsert(ResponseEvent.__table__, EVENT_COLUMNS, "event", engine.dialect)
@@ -40,10 +51,10 @@ class PostgresTurnStore:
 
     async def checkpoint(self, tenant_id: str, response_id: str) -> Response | None:
         read = self._statements.checkpoint(tenant_id, response_id)
+        pool = self._pool or await self._open()
         with timed_transaction("read", statements=1):
-            async with self._engine.connect() as connection:
-                driver = await _driver(connection)
-                raw = await driver.fetchrow(read.sql, *read.parameters)
+            async with pool.acquire() as connection:
+                raw = await connection.fetchrow(read.sql, *read.parameters)
         return None if raw is None else self._statements.checkpoint_row(tuple(raw))
 
     async def insert(
@@ -64,10 +75,10 @@ class PostgresTurnStore:
         parameters += self._events.arrays(turn.events)
         if turn.artifact is not None:
             parameters += turn.artifact.parameters
+        pool = self._pool or await self._open()
         with timed_transaction("write", statements=1):
-            async with self._engine.connect() as connection:
-                driver = await _driver(connection)
-                await driver.execute(sql, *parameters)
+            async with pool.acquire() as connection:
+                await connection.execute(sql, *parameters)
 
     def _one_statement(self, turn: TurnInsert) -> str:
         """The response's INSERT as compiled ($1 ... $n), the items' INSERT from arrays, the
@@ -85,8 +96,25 @@ class PostgresTurnStore:
             parts.append(f"artifact AS ({_renumbered(turn.artifact.sql, by=before_artifact)})")
         return ",\n".join(parts) + "\n" + self._events.sql(first_parameter=first_event)
 
-    def close(self) -> None:
-        return None
+    async def _open(self) -> asyncpg.Pool:
+        async with self._opening:
+            if self._pool is None:
+                _args, options = self._engine.dialect.create_connect_args(self._engine.url)
+                # SQLAlchemy's own emulation options, not asyncpg's.
+                for own in ("prepared_statement_cache_size", "prepared_statement_name_func"):
+                    options.pop(own, None)
+                self._pool = await asyncpg.create_pool(
+                    min_size=1,
+                    max_size=self._pool_size,
+                    init=_json_codecs,
+                    **options,
+                )
+            return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
 
 
 class _ArrayInsert:
@@ -148,7 +176,17 @@ def _renumbered(sql: str, *, by: int) -> str:
     return _PLACEHOLDER.sub(lambda found: f"${int(found.group(1)) + by}", sql)
 
 
-async def _driver(connection: AsyncConnection) -> Any:
-    """The asyncpg connection under a pooled SQLAlchemy one."""
-    raw = await connection.get_raw_connection()
-    return raw.driver_connection
+async def _json_codecs(connection: asyncpg.Connection) -> None:
+    """json and jsonb as SQLAlchemy's asyncpg dialect sets them up on its connections:
+    written as the JSON text the statements bind, read through orjson."""
+    await connection.set_type_codec(
+        "json", encoder=str.encode, decoder=orjson.loads, schema="pg_catalog", format="binary"
+    )
+    await connection.set_type_codec(
+        "jsonb",
+        # PostgreSQL's binary jsonb is a version byte (1) before the text.
+        encoder=lambda text: b"\x01" + text.encode(),
+        decoder=lambda data: orjson.loads(data[1:]),
+        schema="pg_catalog",
+        format="binary",
+    )

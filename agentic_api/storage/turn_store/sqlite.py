@@ -113,7 +113,7 @@ class SqliteTurnStore:
             self._reader = _connect(self._database, busy_timeout_ms=0, read_only=True)
         return self._reader
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -40,7 +40,7 @@ class TurnStore(Protocol):
         from position 0, its stored events ``(sequence_number, json)`` and its token
         artifact, if any."""
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Releases what the store holds of its own (the database stays open)."""
 
 
@@ -74,7 +74,7 @@ class SessionTurnStore:
             if artifact is not None:
                 await TokenArtifactRepository(session).insert(artifact)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         return None
 
 
@@ -84,7 +84,9 @@ def open_turn_store(engine: AsyncEngine, db: UnitOfWork) -> TurnStore:
     if dialect == "postgresql":
         from agentic_api.storage.turn_store.postgres import PostgresTurnStore
 
-        return PostgresTurnStore(engine)
+        # As many connections of its own as the engine keeps (its overflow aside).
+        pool_size = getattr(engine.pool, "size", lambda: 10)()
+        return PostgresTurnStore(engine, pool_size=pool_size)
     if dialect != "sqlite":
         return SessionTurnStore(db)
     from agentic_api.storage.turn_store.sqlite import SqliteTurnStore
