@@ -6,7 +6,7 @@
 #   scripts/bench/overhead.sh [NAME] [CONCURRENCY] [DEPTHS] [PROBES]
 #
 # Env: OUT (default docs/benchmarks), DB (sqlite | postgres; default sqlite),
-# WORKERS (our HTTP workers, default auto: the server's own default), PEER (default: ~/.cache/agentic-api/peer-venv, set
+# KEEP_WORK=1 keeps the servers' logs. WORKERS (our HTTP workers, default auto: the server's own default), PEER (default: ~/.cache/agentic-api/peer-venv, set
 # to "" to leave it out; install: python3 -m venv DIR && DIR/bin/pip install agentic-api==0.9.0).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,7 +31,7 @@ cleanup() {
   if [[ "$DB" == "postgres" ]]; then
     psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS agentic_bench" || true
   fi
-  rm -rf "$WORK"
+  if [[ -n "${KEEP_WORK:-}" ]]; then echo "kept $WORK (server logs)" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 

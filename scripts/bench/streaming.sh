@@ -35,7 +35,7 @@ cleanup() {
   if [[ "$DB" == "postgres" ]]; then
     psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS agentic_bench_streaming" || true
   fi
-  rm -rf "$WORK"
+  if [[ -n "${KEEP_WORK:-}" ]]; then echo "kept $WORK (server logs)" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
 
