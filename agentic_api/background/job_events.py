@@ -20,14 +20,12 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-import orjson
-
 from agentic_api.log import get_logger
 from agentic_api.storage.database import Database
 from agentic_api.storage.jobs import ClaimedJob, JobRepository
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.storage.types import utcnow
-from agentic_api.turns.channel import TurnChannel
+from agentic_api.turns.channel import Published, TurnChannel
 
 log = get_logger("agentic_api.background.job_events")
 
@@ -53,7 +51,7 @@ class JobEvents(TurnChannel):
         self.on_lost = on_lost
         self.saved_through = -1
         self.lost = False
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[Published] = []
         self._sealed = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -69,10 +67,10 @@ class JobEvents(TurnChannel):
     def failed_to_open(self, error: BaseException) -> None:
         pass
 
-    def publish(self, event: dict[str, Any]) -> None:
+    def publish(self, event: dict[str, Any], data: bytes) -> None:
         if self._sealed:
             return
-        self._pending.append(event)
+        self._pending.append((event, data))
         if len(self._pending) >= BATCH_EVENTS:
             self._wake.set()
 
@@ -85,7 +83,7 @@ class JobEvents(TurnChannel):
 
     def leftover(self) -> list[dict[str, Any]]:
         """Events published but not stored (the worker stores them when it ends the job)."""
-        return list(self._pending)
+        return [event for event, _data in self._pending]
 
     async def stop(self) -> None:
         self._sealed = True
@@ -135,11 +133,11 @@ class JobEvents(TurnChannel):
                 return False
             await ResponseRepository(session).add_events(
                 self.job.response_id,
-                [(e["sequence_number"], orjson.dumps(e).decode()) for e in batch],
+                [(event["sequence_number"], data.decode()) for event, data in batch],
             )
         del self._pending[: len(batch)]
         if batch:
-            self.saved_through = batch[-1]["sequence_number"]
+            self.saved_through = batch[-1][0]["sequence_number"]
         return True
 
     async def _holds(self) -> bool:

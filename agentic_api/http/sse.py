@@ -30,7 +30,7 @@ async def from_turn(stream: TurnStream) -> AsyncIterator[bytes]:
         # Every event published by now in one write: when the server falls behind, the
         # events that piled up cost one write (and one wake-up of the client), not one each.
         while events := await next_events():
-            yield b"".join([event_bytes(event) for event in events])
+            yield b"".join([frame_sse(str(e.get("type", "message")), d) for e, d in events])
 
 
 async def from_list(events: Iterable[dict[str, Any]]) -> AsyncIterator[bytes]:

@@ -12,6 +12,10 @@ from typing import Any
 _OPENED = object()
 _CLOSED = object()
 
+# An event as the turn published it, and its JSON: serialized once, for the client's
+# stream and the turn's stored events alike.
+Published = tuple[dict[str, Any], bytes]
+
 
 class TurnChannel:
     def __init__(self) -> None:
@@ -25,8 +29,9 @@ class TurnChannel:
     def failed_to_open(self, error: BaseException) -> None:
         self._queue.put_nowait(error)
 
-    def publish(self, event: dict[str, Any]) -> None:
-        self._queue.put_nowait(event)
+    def publish(self, event: dict[str, Any], data: bytes) -> None:
+        """``data``: the event's JSON, serialized once by the turn for every reader."""
+        self._queue.put_nowait((event, data))
 
     def close(self) -> None:
         self._queue.put_nowait(_CLOSED)
@@ -41,22 +46,27 @@ class TurnChannel:
         assert first is _OPENED
 
     async def next_event(self) -> dict[str, Any] | None:
+        published = await self._next()
+        return None if published is None else published[0]
+
+    async def _next(self) -> Published | None:
         item: Any = self._end if self._end is not None else await self._queue.get()
         if item is _CLOSED:
             self._end = item
             return None
         if isinstance(item, BaseException):
             raise item
-        event: dict[str, Any] = item
-        return event
+        published: Published = item
+        return published
 
-    async def next_events(self) -> list[dict[str, Any]]:
-        """Every event published by now (waiting for the first); empty once closed.
+    async def next_events(self) -> list[Published]:
+        """Every event published by now, with its JSON (waiting for the first); empty once
+        closed.
 
         A stream read this way is written in as few writes as the turn allows: when the
         server falls behind, the events that piled up go out in one write instead of one
         write (and one wake-up of the client) each."""
-        first = await self.next_event()
+        first = await self._next()
         if first is None:
             return []
         events = [first]

@@ -3,7 +3,7 @@ the conversation's new items and head, in one short transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -104,9 +104,11 @@ async def commit_turn(
     histories: VerifiedHistories,
     tokens: TokenRecord | None = None,
     failure: dict[str, Any] | None = None,
+    serialized: Mapping[int, bytes] | None = None,
 ) -> None:
     """Stores the turn; once committed, its history is kept in ``histories``.
     ``tokens``: its token artifact and reuse account (turns/tokens.py), stored with it.
+    ``serialized``: the JSON the turn's events were published with, by ``id``.
     ``failure``: for a failed turn, our error as the client got it (its own code, e.g.
     ``commit_failed``), kept in the row's ``error`` so a keyed retry answers the same
     error; the Response object's ``error`` carries only a code OpenAI's schema allows."""
@@ -120,7 +122,12 @@ async def commit_turn(
         artifact = tokens.artifact
     if events and turn.event_log is not None:
         events = await turn.event_log.unsaved(events)
-    stored_events = [(e["sequence_number"], orjson.dumps(e).decode()) for e in events or ()]
+    # The JSON each event was published with (turns/in_progress.py), by id; an event
+    # never published yet (the terminal one, committed before it is sent) is serialized here.
+    known = serialized or {}
+    stored_events = [
+        (e["sequence_number"], (known.get(id(e)) or orjson.dumps(e)).decode()) for e in events or ()
+    ]
     touches_only_itself = (
         row.conversation_position is None and turn.reservation is None and not turn.commit_steps
     )

@@ -5,7 +5,7 @@ object committed, then the terminal event; or the failure stored, then
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from agentic_api.errors import ApiError, Conflict, NotFound
@@ -61,7 +61,9 @@ async def complete_turn(
     if turn.request.store:
         stored_events = [*run.events, terminal] if turn.records_events else None
         try:
-            await _commit_retrying_once(services, turn, final, model_output, stored_events, tokens)
+            await _commit_retrying_once(
+                services, turn, final, model_output, stored_events, tokens, run.serialized
+            )
         except (Conflict, NotFound) as refused:
             # A typed refusal (a conversation that moved on or was deleted, an
             # Idempotency-Key taken over) reaches the client as it is; the transaction
@@ -99,6 +101,7 @@ async def _commit_retrying_once(
     model_output: Sequence[Item],
     events: list[dict[str, Any]] | None,
     tokens: TokenRecord | None,
+    serialized: Mapping[int, bytes],
 ) -> None:
     """Commits the turn; a failure that proves nothing was written (a lock never granted,
     a transaction the database aborted) is retried once."""
@@ -112,6 +115,7 @@ async def _commit_retrying_once(
                 events,
                 histories=services.histories,
                 tokens=tokens,
+                serialized=serialized,
             )
             return
         except Exception as exc:
@@ -146,6 +150,7 @@ async def fail_turn(run: TurnInProgress, failure: ApiError) -> NoReturn:
                 [*run.events, terminal] if turn.records_events else None,
                 histories=services.histories,
                 failure=failure.body()["error"],
+                serialized=run.serialized,
             )
         except Exception:
             log.exception("could not record the failed response", response_id=turn.response_id)

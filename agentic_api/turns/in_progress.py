@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from agentic_api.metrics import TurnMeter
 from agentic_api.services import Services
 from agentic_api.turns.channel import TurnChannel
@@ -37,9 +39,16 @@ class TurnInProgress:
             history_items=len(turn.history),
             streaming=channel is not None,
         )
-        # The events stored with the turn (when its stream is stored).
+        # The events stored with the turn (when its stream is stored), and the JSON each
+        # was published with (by id: every one of them is held by ``events``), so the
+        # commit does not serialize them a second time.
         self.events: list[dict[str, Any]] = []
-        self.emit = _emitter(self.meter, self.events if turn.records_events else None, channel)
+        self.serialized: dict[int, bytes] = {}
+        self.emit = _emitter(
+            self.meter,
+            (self.events, self.serialized) if turn.records_events else None,
+            channel,
+        )
         # The client's stream has started (channel.opened() was sent): it can no longer
         # be answered with a plain HTTP error.
         self.shown = False
@@ -87,14 +96,27 @@ class TurnInProgress:
 
 
 def _emitter(
-    meter: TurnMeter, stored: list[dict[str, Any]] | None, channel: TurnChannel | None
+    meter: TurnMeter,
+    stored: tuple[list[dict[str, Any]], dict[int, bytes]] | None,
+    channel: TurnChannel | None,
 ) -> Emit:
-    # Every event of the turn passes here: a closure over what it needs, no lookups.
+    # Every event of the turn passes here: a closure over what it needs, no lookups. Its
+    # JSON is made once, here, for the client's stream and the stored events alike.
+    if stored is None and channel is None:
+
+        def count(event: dict[str, Any]) -> None:
+            meter.event(event)
+
+        return count
+    events, serialized = stored if stored is not None else (None, None)
+
     def emit(event: dict[str, Any]) -> None:
         meter.event(event)
-        if stored is not None:
-            stored.append(event)
+        data = orjson.dumps(event)
+        if events is not None and serialized is not None:
+            events.append(event)
+            serialized[id(event)] = data
         if channel is not None:
-            channel.publish(event)
+            channel.publish(event, data)
 
     return emit
