@@ -5,9 +5,11 @@
 #
 #   scripts/bench/overhead.sh [NAME] [CONCURRENCY] [DEPTHS] [PROBES]
 #
-# Env: OUT (default docs/benchmarks), DB (sqlite | postgres; default sqlite),
-# KEEP_WORK=1 keeps the servers' logs. WORKERS (our HTTP workers, default auto: the server's own default), PEER (default: ~/.cache/agentic-api/peer-venv, set
-# to "" to leave it out; install: python3 -m venv DIR && DIR/bin/pip install agentic-api==0.9.0).
+# Env: OUT (default docs/benchmarks), DB (sqlite | postgres; default sqlite), WORKERS (our
+# HTTP workers, default auto: the server's own default), PEER (default:
+# ~/.cache/agentic-api/peer-venv, set to "" to leave it out; install: python3 -m venv DIR &&
+# DIR/bin/pip install agentic-api==0.9.0), BASE_PORT (default 18700: the simulator, ours +1,
+# the peer +2), KEEP_WORK=1 (keep the servers' logs). The servers: scripts/bench/servers.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -20,59 +22,8 @@ DB=${DB:-sqlite}
 WORKERS=${WORKERS:-auto}
 PEER=${PEER-$HOME/.cache/agentic-api/peer-venv}
 BASE_PORT=${BASE_PORT:-18700}
-SIM_PORT=$BASE_PORT OURS_PORT=$((BASE_PORT + 1)) PEER_PORT=$((BASE_PORT + 2))
-PY=.venv/bin/python
-
-WORK=$(mktemp -d /tmp/agentic-bench.XXXXXX)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [[ "$DB" == "postgres" ]]; then
-    psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS agentic_bench" || true
-  fi
-  if [[ -n "${KEEP_WORK:-}" ]]; then echo "kept $WORK (server logs)" >&2; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-
-wait_http() {
-  for _ in $(seq 1 100); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.2; done
-  echo "not up: $1" >&2
-  return 1
-}
-
-$PY -m tests.upstream_sim --port "$SIM_PORT" --model sim-model --block-size 32 \
-  --max-model-len 1000000 --prefill-seconds-per-token 0.00005 \
-  --decode-seconds-per-token 0.002 --max-recordings 100 --no-gc-pauses --log-level warning \
-  >"$WORK/sim.log" 2>&1 &
-pids+=($!)
-wait_http "http://127.0.0.1:$SIM_PORT/health"
-
-export AGENTIC_DATA_DIR=$WORK/ours AGENTIC_UPSTREAM_BASE_URL=http://127.0.0.1:$SIM_PORT
-export AGENTIC_PORT=$OURS_PORT AGENTIC_HTTP_WORKERS=$WORKERS AGENTIC_LOG_LEVEL=warning
-if [[ "$DB" == "postgres" ]]; then
-  psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS agentic_bench"
-  psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE agentic_bench"
-  export AGENTIC_DATABASE_URL=postgresql+asyncpg://postgres@127.0.0.1:5432/agentic_bench
-  .venv/bin/agentic-api migrate >/dev/null
-fi
-KEY=$(.venv/bin/agentic-api tenant create bench | sed -n "s/^api key (shown once): //p")
-.venv/bin/agentic-api serve >"$WORK/ours.log" 2>&1 &
-OURS_PID=$!
-pids+=($OURS_PID)
-wait_http "http://127.0.0.1:$OURS_PORT/health"
-
-targets=(--target "ours=http://127.0.0.1:$OURS_PORT" --pid "ours=$OURS_PID")
-if [[ -n "$PEER" && -x "$PEER/bin/agentic-server" ]]; then
-  mkdir -p "$WORK/peer/home"
-  HOME=$WORK/peer/home "$PEER/bin/agentic-server" --llm-api-base "http://127.0.0.1:$SIM_PORT" \
-    --gateway-host 127.0.0.1 --gateway-port "$PEER_PORT" \
-    --db-url "sqlite://$WORK/peer/peer.db" >"$WORK/peer.log" 2>&1 &
-  PEER_PID=$!
-  pids+=($PEER_PID)
-  wait_http "http://127.0.0.1:$PEER_PORT/health"
-  targets+=(--target "peer=http://127.0.0.1:$PEER_PORT" --pid "peer=$PEER_PID")
-fi
+source scripts/bench/servers.sh
+start_servers agentic-bench agentic_bench --decode-seconds-per-token 0.002
 
 .venv/bin/agentic-api bench overhead --direct "http://127.0.0.1:$SIM_PORT" "${targets[@]}" \
   --api-key "ours=$KEY" --depths "$DEPTHS" --probes "$PROBES" --concurrency "$CONC" \

@@ -1,0 +1,67 @@
+# Sourced by the bench scripts (overhead.sh, streaming.sh): the simulator, our server and
+# (if installed) the agentic-api 0.9.0 peer, each on its own loopback port, all stopped
+# (and their work folder removed, unless KEEP_WORK is set) when the script exits.
+#
+#   start_servers WORK_PREFIX DATABASE_NAME SIMULATOR_ARG...
+#
+# Reads DB (sqlite | postgres), WORKERS, PEER and BASE_PORT (see the scripts); sets
+# SIM_PORT, OURS_PORT, PEER_PORT, KEY (a fresh tenant's API key), OURS_PID, PEER_PID and
+# `targets` (the bench's --target and --pid arguments).
+
+wait_http() {
+  for _ in $(seq 1 100); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.2; done
+  echo "not up: $1" >&2
+  return 1
+}
+
+_bench_cleanup() {
+  for pid in "${BENCH_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [[ "$DB" == "postgres" ]]; then
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $BENCH_DATABASE" || true
+  fi
+  if [[ -n "${KEEP_WORK:-}" ]]; then echo "kept $WORK (server logs)" >&2; else rm -rf "$WORK"; fi
+}
+
+start_servers() {
+  local prefix=$1
+  BENCH_DATABASE=$2
+  shift 2
+  SIM_PORT=$BASE_PORT OURS_PORT=$((BASE_PORT + 1)) PEER_PORT=$((BASE_PORT + 2))
+  WORK=$(mktemp -d "/tmp/$prefix.XXXXXX")
+  BENCH_PIDS=()
+  trap _bench_cleanup EXIT
+
+  .venv/bin/python -m tests.upstream_sim --port "$SIM_PORT" --model sim-model --block-size 32 \
+    --max-model-len 1000000 --prefill-seconds-per-token 0.00005 "$@" \
+    --max-recordings 100 --no-gc-pauses --log-level warning >"$WORK/sim.log" 2>&1 &
+  BENCH_PIDS+=($!)
+  wait_http "http://127.0.0.1:$SIM_PORT/health"
+
+  export AGENTIC_DATA_DIR=$WORK/ours AGENTIC_UPSTREAM_BASE_URL=http://127.0.0.1:$SIM_PORT
+  export AGENTIC_PORT=$OURS_PORT AGENTIC_HTTP_WORKERS=$WORKERS AGENTIC_LOG_LEVEL=warning
+  if [[ "$DB" == "postgres" ]]; then
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $BENCH_DATABASE"
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE $BENCH_DATABASE"
+    export AGENTIC_DATABASE_URL=postgresql+asyncpg://postgres@127.0.0.1:5432/$BENCH_DATABASE
+    .venv/bin/agentic-api migrate >/dev/null
+  fi
+  KEY=$(.venv/bin/agentic-api tenant create bench | sed -n "s/^api key (shown once): //p")
+  .venv/bin/agentic-api serve >"$WORK/ours.log" 2>&1 &
+  OURS_PID=$!
+  BENCH_PIDS+=($OURS_PID)
+  wait_http "http://127.0.0.1:$OURS_PORT/health"
+
+  targets=(--target "ours=http://127.0.0.1:$OURS_PORT" --pid "ours=$OURS_PID")
+  PEER_PID=
+  if [[ -n "$PEER" && -x "$PEER/bin/agentic-server" ]]; then
+    mkdir -p "$WORK/peer/home"
+    HOME=$WORK/peer/home "$PEER/bin/agentic-server" --llm-api-base "http://127.0.0.1:$SIM_PORT" \
+      --gateway-host 127.0.0.1 --gateway-port "$PEER_PORT" \
+      --db-url "sqlite://$WORK/peer/peer.db" >"$WORK/peer.log" 2>&1 &
+    PEER_PID=$!
+    BENCH_PIDS+=($PEER_PID)
+    wait_http "http://127.0.0.1:$PEER_PORT/health"
+    targets+=(--target "peer=http://127.0.0.1:$PEER_PORT" --pid "peer=$PEER_PID")
+  fi
+}
