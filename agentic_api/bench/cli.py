@@ -33,6 +33,17 @@ bench_app = typer.Typer(
 )
 
 
+# Options several commands take, declared once.
+DirectOption = Annotated[
+    str | None, typer.Option(help="The upstream itself: the 'direct' baseline.")
+]
+ApiKeysOption = Annotated[
+    list[str] | None, typer.Option(help="NAME=KEY for a target that needs one.")
+]
+ModelOption = Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")]
+OutOption = Annotated[Path, typer.Option(help="Output folder.")]
+
+
 def _pairs(values: list[str], what: str) -> dict[str, str]:
     parsed: dict[str, str] = {}
     for value in values:
@@ -87,7 +98,7 @@ def continuations(
     salt: Annotated[
         list[str] | None, typer.Option(help="cache_salt for --direct; repeat to cycle.")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")] = None,
+    model: ModelOption = None,
     pairs: Annotated[int, typer.Option(min=1)] = 10,
     prompt_words: Annotated[int, typer.Option(min=1, help="Size of the cold prompt.")] = 600,
     followup_words: Annotated[int, typer.Option(min=1)] = 40,
@@ -102,7 +113,7 @@ def continuations(
         str | None,
         typer.Option(help="Our server's admin key: add each continuation's token account."),
     ] = None,
-    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
+    out: OutOption = Path("bench-results"),
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "continuations",
 ) -> None:
     """Cold turn + continuation pairs: hit ratio vs the block-aligned ideal and the
@@ -160,23 +171,19 @@ def overhead(
         list[str],
         typer.Option(help="NAME=URL of a Responses server (stateful); repeat to compare."),
     ],
-    direct: Annotated[
-        str | None, typer.Option(help="The upstream itself: the 'direct' baseline.")
-    ] = None,
-    api_key: Annotated[
-        list[str] | None, typer.Option(help="NAME=KEY for a target that needs one.")
-    ] = None,
+    direct: DirectOption = None,
+    api_key: ApiKeysOption = None,
     pid: Annotated[
         list[str] | None,
         typer.Option(help="NAME=PID of a local target's server: its CPU per turn."),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")] = None,
+    model: ModelOption = None,
     depths: Annotated[str, typer.Option(help="Comma-separated depths.")] = "10,40,200",
     probes: Annotated[int, typer.Option(min=1, help="Measured turns per depth.")] = 30,
     concurrency: Annotated[int, typer.Option(min=1)] = 4,
     turn_words: Annotated[int, typer.Option(min=1, help="Size of each user message.")] = 12,
     max_output_tokens: Annotated[int, typer.Option(min=1)] = 8,
-    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
+    out: OutOption = Path("bench-results"),
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "overhead",
 ) -> None:
     """Per-turn latency direct vs through Responses servers, at several depths."""
@@ -252,17 +259,13 @@ def streaming(
         list[str] | None,
         typer.Option(help="NAME=URL of a Responses server (stored turns); repeat to compare."),
     ] = None,
-    direct: Annotated[
-        str | None, typer.Option(help="The upstream itself: the 'direct' baseline.")
-    ] = None,
-    api_key: Annotated[
-        list[str] | None, typer.Option(help="NAME=KEY for a target that needs one.")
-    ] = None,
+    direct: DirectOption = None,
+    api_key: ApiKeysOption = None,
     pid: Annotated[
         list[str] | None,
         typer.Option(help="NAME=PID of a local target's server: its CPU per 1,000 events."),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")] = None,
+    model: ModelOption = None,
     streams: Annotated[int, typer.Option(min=1, help="Concurrent streams per round.")] = 48,
     rounds: Annotated[int, typer.Option(min=1, help="Measured rounds per target.")] = 3,
     output_tokens: Annotated[
@@ -276,7 +279,7 @@ def streaming(
     ] = 200,
     input_words: Annotated[int, typer.Option(min=1, help="Size of each user message.")] = 40,
     warmup_rounds: Annotated[int, typer.Option(min=0, help="Unmeasured rounds first.")] = 1,
-    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
+    out: OutOption = Path("bench-results"),
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "streaming",
 ) -> None:
     """Concurrent streamed turns direct vs through Responses servers: TTFB, TTFT, tail,
@@ -354,7 +357,7 @@ def agents(
         list[str] | None, typer.Option(help="API key; repeat for several tenants (cycled).")
     ] = None,
     salt: Annotated[str | None, typer.Option(help="cache_salt sent with --chain history.")] = None,
-    model: Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")] = None,
+    model: ModelOption = None,
     agents: Annotated[int, typer.Option("--agents", min=1, help="Agents at once.")] = 4,
     turns: Annotated[int, typer.Option(min=1, help="Model turns per agent.")] = 4,
     stream: Annotated[bool, typer.Option("--stream", help="Stream (measures TTFT).")] = False,
@@ -388,7 +391,7 @@ def agents(
         list[str] | None, typer.Option(help="Response header naming the serving replica.")
     ] = None,
     label: Annotated[str, typer.Option(help="Name of this run in reports.")] = "",
-    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
+    out: OutOption = Path("bench-results"),
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "agents",
 ) -> None:
     """N concurrent agents, K tool-calling turns each: warm returns, hit ratio, TTFT."""
@@ -462,7 +465,7 @@ def agents(
 @bench_app.command("agents-report")
 def agents_report(
     runs: Annotated[list[Path], typer.Argument(help="JSON files of bench agents runs.")],
-    out: Annotated[Path, typer.Option(help="Output folder.")] = Path("bench-results"),
+    out: OutOption = Path("bench-results"),
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "agents_report",
 ) -> None:
     """One table (markdown, CSV) and one chart over several bench agents runs."""
