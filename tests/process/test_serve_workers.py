@@ -254,6 +254,12 @@ def test_workers_stop_when_their_supervisor_is_killed(
     workers: list[int] = []
     try:
         server.wait_up()
+        # One worker answering /health does not mean the other has started: killed before
+        # its startup, it would stop without a shutdown of its own to log.
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while server.output().count("Application startup complete") < 2:
+            assert time.monotonic() < deadline, server.output()
+            time.sleep(0.05)
         workers = _children(server.popen.pid)
         # uvicorn's two workers (multiprocessing may add a resource tracker).
         assert len(workers) >= 2, workers
