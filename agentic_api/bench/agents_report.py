@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_json
+from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_results
 
 _INTS = (
     "agent",
@@ -94,12 +94,8 @@ def run_chart(rows: Sequence[dict[str, Any]], title: str) -> str:
 def write_run(
     out: Path, name: str, rows: Sequence[dict[str, Any]], result: dict[str, Any]
 ) -> list[Path]:
-    paths = [out / f"{name}.csv", out / f"{name}.json", out / f"{name}.svg"]
-    write_csv(paths[0], rows)
-    write_json(paths[1], result)
     label = result.get("label") or name
-    paths[2].write_text(run_chart(rows, f"bench agents: {label}"), encoding="utf-8")
-    return paths
+    return write_results(out, name, rows, result, run_chart(rows, f"bench agents: {label}"))
 
 
 def load_rows(path: Path) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agentic_api.bench.client import Target, TurnResult, filler_text, message, replayable
-from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_json
+from agentic_api.bench.output import Panel, Series, svg_chart, write_results
 from agentic_api.bench.stats import ideal_cached, ratio, summary, upper_cached
 
 
@@ -238,8 +238,4 @@ def chart(rows: Sequence[dict[str, Any]], title: str) -> str:
 def write_outputs(
     out: Path, name: str, rows: Sequence[dict[str, Any]], summary_data: dict[str, Any]
 ) -> list[Path]:
-    paths = [out / f"{name}.csv", out / f"{name}.json", out / f"{name}.svg"]
-    write_csv(paths[0], rows)
-    write_json(paths[1], summary_data)
-    paths[2].write_text(chart(rows, f"bench continuations: {name}"), encoding="utf-8")
-    return paths
+    return write_results(out, name, rows, summary_data, chart(rows, f"bench continuations: {name}"))

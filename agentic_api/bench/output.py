@@ -37,6 +37,28 @@ def write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(_clean(data), indent=2) + "\n", encoding="utf-8")
 
 
+def write_results(
+    out: Path,
+    name: str,
+    rows: Sequence[Mapping[str, Any]],
+    summary: Any,
+    svg: str,
+    *,
+    more_rows: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+) -> list[Path]:
+    """A bench run's files: NAME.csv (``rows``), NAME_SUFFIX.csv for each of
+    ``more_rows``, NAME.json (``summary``) and NAME.svg; returns their paths, in that order."""
+    paths = [out / f"{name}.csv"]
+    write_csv(paths[0], rows)
+    for suffix, extra in (more_rows or {}).items():
+        paths.append(out / f"{name}_{suffix}.csv")
+        write_csv(paths[-1], extra)
+    paths += [out / f"{name}.json", out / f"{name}.svg"]
+    write_json(paths[-2], summary)
+    paths[-1].write_text(svg, encoding="utf-8")
+    return paths
+
+
 def _clean(value: Any) -> Any:
     """JSON has no NaN: missing measurements become null; floats are rounded for diffs."""
     if isinstance(value, float):

@@ -31,7 +31,7 @@ from agentic_api.bench.client import (
     message,
     replayable,
 )
-from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_json
+from agentic_api.bench.output import Panel, Series, svg_chart, write_results
 from agentic_api.bench.process_cpu import CpuMeter
 from agentic_api.bench.stats import summary
 
@@ -281,14 +281,11 @@ def write_outputs(
     meta: dict[str, Any],
     baseline: str,
 ) -> list[Path]:
-    paths = [
-        out / f"{name}.csv",
-        out / f"{name}_chains.csv",
-        out / f"{name}.json",
-        out / f"{name}.svg",
-    ]
-    write_csv(paths[0], rows)
-    write_csv(paths[1], chain_rows)
-    write_json(paths[2], {**meta, "results": list(rows)})
-    paths[3].write_text(chart(rows, baseline, f"bench overhead: {name}"), encoding="utf-8")
-    return paths
+    return write_results(
+        out,
+        name,
+        rows,
+        {**meta, "results": list(rows)},
+        chart(rows, baseline, f"bench overhead: {name}"),
+        more_rows={"chains": chain_rows},
+    )

@@ -37,7 +37,7 @@ import aiohttp
 import orjson
 
 from agentic_api.bench.client import BenchError, filler_text, message
-from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_json
+from agentic_api.bench.output import Panel, Series, svg_chart, write_results
 from agentic_api.bench.process_cpu import CpuMeter
 from agentic_api.bench.stats import percentile
 
@@ -421,25 +421,19 @@ def write_outputs(
     rows: Sequence[dict[str, Any]],
     meta: dict[str, Any],
 ) -> list[Path]:
-    paths = [
-        out / f"{name}.csv",
-        out / f"{name}_streams.csv",
-        out / f"{name}.json",
-        out / f"{name}.svg",
-    ]
-    write_csv(paths[0], rows)
-    write_csv(paths[1], [asdict(record) for r in rounds for record in r.records])
-    write_json(
-        paths[2],
+    return write_results(
+        out,
+        name,
+        rows,
         {
             **meta,
             "results": list(rows),
             "rounds": [r.row() for r in rounds],
             "failures": failures(rounds),
         },
+        chart(rounds, f"bench streaming: {name}"),
+        more_rows={"streams": [asdict(record) for r in rounds for record in r.records]},
     )
-    paths[3].write_text(chart(rounds, f"bench streaming: {name}"), encoding="utf-8")
-    return paths
 
 
 def table(rows: Sequence[dict[str, Any]], baseline: str) -> str:
