@@ -53,7 +53,14 @@ async def enqueue(
         row, items = build_row(turn, queued, [], [])
         async with services.db.write() as session:
             await ResponseRepository(session).insert(row, items)
-            await JobRepository(session).enqueue(row.id, caller.tenant_id, utcnow())
+            options = request.background_options
+            await JobRepository(session).enqueue(
+                row.id,
+                caller.tenant_id,
+                utcnow(),
+                window_rank=options.window_rank if options else 0,
+                continuation_id=options.continuation_id if options else None,
+            )
             if claim is not None:
                 # A retry gets what this request answers: the queued object, or (for a
                 # stream) the response's event stream, followed from wherever it is.

@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from agentic_api.storage.models import BackgroundJob
 
@@ -41,7 +42,15 @@ class JobRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def enqueue(self, response_id: str, tenant_id: str, now: datetime) -> None:
+    async def enqueue(
+        self,
+        response_id: str,
+        tenant_id: str,
+        now: datetime,
+        *,
+        window_rank: int = 0,
+        continuation_id: str | None = None,
+    ) -> None:
         self.session.add(
             BackgroundJob(
                 response_id=response_id,
@@ -49,6 +58,8 @@ class JobRepository:
                 status=QUEUED,
                 enqueued_at=now,
                 attempts=0,
+                window_rank=window_rank,
+                continuation_id=continuation_id,
             )
         )
         await self.session.flush()
@@ -62,7 +73,9 @@ class JobRepository:
     async def claim_next(
         self, *, worker_id: str, token: str, now: datetime, lease_until: datetime
     ) -> ClaimedJob | None:
-        """Takes the oldest queued job, or returns None.
+        """Takes the next queued job, or returns None: the lowest completion-window rank
+        first, the oldest within it; a job whose continuation group (tenant and
+        ``continuation_id``) has an earlier job queued or running waits its turn.
 
         One statement on both databases. PostgreSQL: the subquery's ``FOR UPDATE SKIP
         LOCKED`` lets concurrent workers pass over a row another is claiming rather than
@@ -70,10 +83,32 @@ class JobRepository:
         SQLite ignores the locking clause; the write transaction (``BEGIN IMMEDIATE``)
         already serializes every claim, so the ``status`` check is what makes it atomic.
         """
+        earlier = aliased(BackgroundJob)
+        earlier_in_group = (
+            select(earlier.response_id)
+            .where(
+                earlier.tenant_id == BackgroundJob.tenant_id,
+                earlier.continuation_id == BackgroundJob.continuation_id,
+                or_(
+                    earlier.status == RUNNING,
+                    earlier.enqueued_at < BackgroundJob.enqueued_at,
+                    and_(
+                        earlier.enqueued_at == BackgroundJob.enqueued_at,
+                        earlier.response_id < BackgroundJob.response_id,
+                    ),
+                ),
+            )
+            .exists()
+        )
         oldest = (
             select(BackgroundJob.response_id)
-            .where(BackgroundJob.status == QUEUED)
-            .order_by(BackgroundJob.enqueued_at, BackgroundJob.response_id)
+            .where(
+                BackgroundJob.status == QUEUED,
+                or_(BackgroundJob.continuation_id.is_(None), ~earlier_in_group),
+            )
+            .order_by(
+                BackgroundJob.window_rank, BackgroundJob.enqueued_at, BackgroundJob.response_id
+            )
             .limit(1)
             .with_for_update(skip_locked=True)
             .scalar_subquery()

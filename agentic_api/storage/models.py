@@ -230,6 +230,8 @@ class BackgroundJob(Base):
     __table_args__ = (
         Index(None, "status", "enqueued_at"),
         Index(None, "status", "lease_expires_at"),
+        Index(None, "status", "window_rank", "enqueued_at"),
+        Index(None, "tenant_id", "continuation_id"),
     )
 
     response_id: Mapped[str] = mapped_column(
@@ -247,6 +249,11 @@ class BackgroundJob(Base):
     # Set just before the upstream request: from here on the model may have done work.
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # ``background_options``: the completion window's rank (0 soonest, 1 2h, 2 8h; lower
+    # runs first) and the client's continuation id (a tenant's jobs with one id run one at
+    # a time, in the order they were queued).
+    window_rank: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    continuation_id: Mapped[str | None] = mapped_column(String(256))
 
 
 class IdempotencyKey(Base):

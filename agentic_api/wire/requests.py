@@ -17,7 +17,9 @@ from pydantic import (
 )
 
 from agentic_api.errors import ApiError, InvalidRequest
+from agentic_api.wire.create_fields import refuse_unsupported
 from agentic_api.wire.limits import (
+    MAX_CONTINUATION_ID_LENGTH,
     MAX_ID_LENGTH,
     MAX_INCLUDE_ENTRIES,
     MAX_INPUT_ITEMS,
@@ -38,6 +40,7 @@ SERVER_FIELDS = frozenset(
         "stream",
         "stream_options",
         "background",
+        "background_options",
         "metadata",
         "cache_salt",
         "generate",
@@ -50,6 +53,30 @@ SERVER_FIELDS = frozenset(
 class ConversationRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
+
+
+# ``background_options.completion_window``: the queue hands out lower ranks first.
+COMPLETION_WINDOW_RANKS = {"soonest": 0, "2h": 1, "8h": 2}
+
+
+class BackgroundOptions(BaseModel):
+    """openai 3.57's ``BackgroundOptions``: both keys optional, nothing else."""
+
+    model_config = ConfigDict(extra="forbid")
+    completion_window: Literal["soonest", "2h", "8h"] | None = None
+    continuation_id: str | None = Field(
+        None, min_length=1, max_length=MAX_CONTINUATION_ID_LENGTH, strict=True
+    )
+
+    @property
+    def window_rank(self) -> int:
+        return COMPLETION_WINDOW_RANKS[self.completion_window or "soonest"]
+
+    def echoed(self) -> dict[str, Any]:
+        return {
+            "completion_window": self.completion_window or "soonest",
+            "continuation_id": self.continuation_id,
+        }
 
 
 class CreateResponseRequest(BaseModel):
@@ -70,6 +97,7 @@ class CreateResponseRequest(BaseModel):
     stream: bool = Field(False, strict=True)
     stream_options: dict[str, Any] | None = None
     background: bool = Field(False, strict=True)
+    background_options: BackgroundOptions | None = None
     tools: list[dict[str, Any]] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: StrictStr | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = Field(None, strict=True)
@@ -191,6 +219,7 @@ def parse_create_request(raw: bytes) -> tuple[CreateResponseRequest, dict[str, A
         request = CreateResponseRequest.model_validate(data)
     except ValidationError as exc:
         raise validation_failure(exc) from exc
+    refuse_unsupported(data)
     if request.conversation is not None and request.previous_response_id is not None:
         raise InvalidRequest(
             "'conversation' and 'previous_response_id' cannot be used together.",
@@ -210,5 +239,13 @@ def parse_create_request(raw: bytes) -> tuple[CreateResponseRequest, dict[str, A
     if request.background and not request.store:
         raise InvalidRequest(
             "'background' requires 'store' to be true.", param="background", code="invalid_value"
+        )
+    window = request.background_options.completion_window if request.background_options else None
+    if window in ("2h", "8h") and (not request.background or request.stream):
+        raise InvalidRequest(
+            f"The '{window}' completion window requires 'background': true and 'stream' "
+            "false or omitted.",
+            param="background_options.completion_window",
+            code="invalid_value",
         )
     return request, data

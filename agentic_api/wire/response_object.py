@@ -188,6 +188,11 @@ def base_response(
         "created_at": created_at,
         "status": "in_progress",
         "background": request.background,
+        **(
+            {"background_options": request.background_options.echoed()}
+            if request.background_options
+            else {}
+        ),
         "completed_at": None,
         "conversation": {"id": conversation_id} if conversation_id else None,
         "error": None,

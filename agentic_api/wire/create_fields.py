@@ -1,0 +1,159 @@
+"""What this server does with each request field OpenAI defines for ``POST /v1/responses``.
+
+Every field of the SDK's ``ResponseCreateParams`` (openai 3.57) is in ``FIELDS`` with one
+of three answers, so no field a client sets is silently dropped:
+
+- ``ours``: this server implements it (state, lineage, queueing, echo);
+- ``forwarded``: sent to the upstream, which implements it (vLLM validates the value and
+  refuses what it does not support, before the turn begins, so nothing is stored);
+- ``refused``: nothing here or upstream implements it: a 400 ``unsupported_parameter``
+  naming it. A field implemented for some values only refuses the others with
+  ``unsupported_value``.
+
+Fields OpenAI does not define (vLLM's own extensions such as ``top_k``, Codex's extras) are
+passed through as given: the upstream decides about those. README's compatibility table
+says the same, field by field; ``tests/api/test_create_fields.py`` walks the SDK's type to
+keep both complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentic_api.errors import InvalidRequest
+
+Handling = Literal["ours", "forwarded", "refused"]
+
+
+@dataclass(frozen=True)
+class FieldPolicy:
+    handling: Handling
+    # What the compatibility table says about it.
+    note: str
+    # For a field we implement for some values only: refuses the others.
+    check: Callable[[Any], None] | None = None
+
+
+def _unsupported_value(param: str, value: Any, accepted: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"Unsupported value for '{param}': {value!r}. This server supports {accepted}.",
+        param=param,
+        code="unsupported_value",
+    )
+
+
+def _only(param: str, key: str, accepted: tuple[Any, ...]) -> Callable[[Any], None]:
+    """A check that the object ``param`` sets ``key`` (when it sets it) to an accepted value."""
+
+    def check(value: Any) -> None:
+        if not isinstance(value, Mapping) or key not in value:
+            return
+        if value[key] not in accepted:
+            shown = " or ".join(repr(item) for item in accepted)
+            raise _unsupported_value(f"{param}.{key}", value[key], shown)
+
+    return check
+
+
+def _only_value(param: str, accepted: tuple[Any, ...]) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value is not None and value not in accepted:
+            shown = " or ".join(repr(item) for item in accepted)
+            raise _unsupported_value(param, value, shown)
+
+    return check
+
+
+FIELDS: dict[str, FieldPolicy] = {
+    "access_programs": FieldPolicy(
+        "refused", "OpenAI's domain access programs; no open-weight server has them"
+    ),
+    "background": FieldPolicy("ours", "durable background jobs, cancellable, resumable"),
+    "background_options": FieldPolicy(
+        "ours",
+        "completion_window orders the background queue (soonest first, then 2h, then 8h); "
+        "continuation_id groups related jobs (a group's jobs run in the order they were "
+        "queued) and is echoed",
+    ),
+    "context_management": FieldPolicy(
+        "refused", "server-side compaction by threshold is not implemented yet"
+    ),
+    "conversation": FieldPolicy("ours", "conversations stored and continued here"),
+    "image": FieldPolicy(
+        "ours",
+        "context_compression: 'auto' and 'disabled' (no image context is compressed); "
+        "'enabled' is refused",
+        _only("image", "context_compression", ("auto", "disabled")),
+    ),
+    "include": FieldPolicy(
+        "forwarded", "the upstream returns what it supports and refuses the rest"
+    ),
+    "input": FieldPolicy("ours", "normalized, stored and replayed verbatim"),
+    "instructions": FieldPolicy("ours", "rendered first; not inherited, as OpenAI does"),
+    "max_output_tokens": FieldPolicy("forwarded", "the upstream stops there"),
+    "max_tool_calls": FieldPolicy("ours", "bounds the gateway's MCP tool calls; forwarded"),
+    "metadata": FieldPolicy("ours", "stored and echoed (16 pairs, 64 / 512 characters)"),
+    "model": FieldPolicy("forwarded", "the upstream's served model name"),
+    "moderation": FieldPolicy("refused", "no moderation model runs here"),
+    "parallel_tool_calls": FieldPolicy("forwarded", "the upstream's tool-call parser decides"),
+    "previous_response_id": FieldPolicy("ours", "chains rehydrated from storage"),
+    "prompt": FieldPolicy("refused", "no stored prompt templates exist here"),
+    "prompt_cache_key": FieldPolicy(
+        "ours", "the session coordinate of a chain's root; forwarded (vLLM ignores it)"
+    ),
+    "prompt_cache_options": FieldPolicy(
+        "refused", "prompt cache diagnostics and options are not implemented yet"
+    ),
+    "prompt_cache_retention": FieldPolicy(
+        "ours",
+        "'in_memory' only: vLLM's prefix cache lives in the engine's memory, with no "
+        "retention to extend; '24h' is refused",
+        _only_value("prompt_cache_retention", ("in_memory",)),
+    ),
+    "reasoning": FieldPolicy("forwarded", "effort and summary for reasoning models"),
+    "safety_identifier": FieldPolicy(
+        "ours", "stored and echoed; no usage-policy checks run on it here"
+    ),
+    "service_tier": FieldPolicy(
+        "ours",
+        "'auto' and 'default' (every request is served the same way); 'flex', 'scale', "
+        "'priority', 'fast' and 'ultrafast' are refused",
+        _only_value("service_tier", ("auto", "default")),
+    ),
+    "store": FieldPolicy("ours", "false stores nothing retrievable"),
+    "stream": FieldPolicy("ours", "server-sent events, relayed with our ids"),
+    "stream_options": FieldPolicy(
+        "ours",
+        "include_obfuscation: false only (events carry no obfuscation field); true is refused",
+        _only("stream_options", "include_obfuscation", (False,)),
+    ),
+    "temperature": FieldPolicy("forwarded", "sampling"),
+    "text": FieldPolicy("forwarded", "format (structured outputs) and verbosity"),
+    "tool_choice": FieldPolicy("forwarded", "the upstream's tool-call parser decides"),
+    "tools": FieldPolicy(
+        "ours", "function tools forwarded; MCP tools called by the gateway; others forwarded"
+    ),
+    "top_logprobs": FieldPolicy("forwarded", "sampling"),
+    "top_p": FieldPolicy("forwarded", "sampling"),
+    "truncation": FieldPolicy("forwarded", "vLLM truncates the prompt with 'auto'"),
+    "user": FieldPolicy("forwarded", "stored and echoed"),
+}
+
+
+def refuse_unsupported(data: Mapping[str, Any]) -> None:
+    """Raises the 400 for the first field (in the body's order) that nothing implements."""
+    for name, value in data.items():
+        policy = FIELDS.get(name)
+        if policy is None:
+            continue
+        if policy.handling == "refused" and value is not None:
+            raise InvalidRequest(
+                f"Unsupported parameter: '{name}' is not supported by this server "
+                f"({policy.note}).",
+                param=name,
+                code="unsupported_parameter",
+            )
+        if policy.check is not None:
+            policy.check(value)
