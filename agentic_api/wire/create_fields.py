@@ -150,8 +150,7 @@ def refuse_unsupported(data: Mapping[str, Any]) -> None:
             continue
         if policy.handling == "refused" and value is not None:
             raise InvalidRequest(
-                f"Unsupported parameter: '{name}' is not supported by this server "
-                f"({policy.note}).",
+                f"Unsupported parameter: '{name}' is not supported by this server ({policy.note}).",
                 param=name,
                 code="unsupported_parameter",
             )

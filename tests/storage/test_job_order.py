@@ -24,9 +24,7 @@ async def db(fresh_db: str) -> AsyncIterator[Database]:
     await database.close()
 
 
-async def queue(
-    db: Database, jobs: list[tuple[str, int, str | None]], tenant: str = "t"
-) -> str:
+async def queue(db: Database, jobs: list[tuple[str, int, str | None]], tenant: str = "t") -> str:
     """Stores a response and a queued job for each (id, window rank, continuation id),
     queued one second apart in list order; returns the tenant id."""
     async with db.write() as session:
