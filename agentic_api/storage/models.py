@@ -253,7 +253,7 @@ class BackgroundJob(Base):
     # runs first) and the client's continuation id (a tenant's jobs with one id run one at
     # a time, in the order they were queued).
     window_rank: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    continuation_id: Mapped[str | None] = mapped_column(String(256))
+    continuation_id: Mapped[str | None] = mapped_column(ID)
 
 
 class IdempotencyKey(Base):

@@ -27,6 +27,3 @@ MAX_INTEGER = 2**31 - 1
 # Latest time a query parameter in unix seconds may name (9999-12-31T23:59:59Z): what
 # datetime, and so every timestamp column, can hold.
 MAX_UNIX_SECONDS = 253_402_300_799
-# ``background_options.continuation_id``: an opaque client id, stored with the queued job
-# (a VARCHAR(256) column).
-MAX_CONTINUATION_ID_LENGTH = 256

@@ -19,7 +19,6 @@ from pydantic import (
 from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.wire.create_fields import refuse_unsupported
 from agentic_api.wire.limits import (
-    MAX_CONTINUATION_ID_LENGTH,
     MAX_ID_LENGTH,
     MAX_INCLUDE_ENTRIES,
     MAX_INPUT_ITEMS,
@@ -64,9 +63,7 @@ class BackgroundOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     completion_window: Literal["soonest", "2h", "8h"] | None = None
-    continuation_id: str | None = Field(
-        None, min_length=1, max_length=MAX_CONTINUATION_ID_LENGTH, strict=True
-    )
+    continuation_id: str | None = Field(None, min_length=1, max_length=MAX_ID_LENGTH, strict=True)
 
     @property
     def window_rank(self) -> int:

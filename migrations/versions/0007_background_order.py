@@ -26,7 +26,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("background_jobs") as batch:
         batch.add_column(sa.Column("window_rank", sa.Integer(), nullable=False, server_default="0"))
-        batch.add_column(sa.Column("continuation_id", sa.String(length=256), nullable=True))
+        batch.add_column(sa.Column("continuation_id", sa.String(length=64), nullable=True))
         batch.create_index(
             "ix_background_jobs_status_window_rank_enqueued_at",
             ["status", "window_rank", "enqueued_at"],

@@ -183,7 +183,7 @@ def test_background_options_are_echoed_and_not_sent_upstream(
         ({"completion_window": "8h"}, {"background": True, "stream": True}, None),
         ({"completion_window": "1h"}, {"background": True}, "background_options.completion_window"),
         ({"continuation_id": ""}, {"background": True}, "background_options.continuation_id"),
-        ({"continuation_id": "x" * 257}, {"background": True}, None),
+        ({"continuation_id": "x" * 65}, {"background": True}, None),
         ({"priority": 1}, {"background": True}, "background_options.priority"),
     ],
 )
