@@ -4,13 +4,17 @@ Anthropic route (there for ``x-api-key`` too, in Anthropic's shape). Nothing run
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from tests.conftest import RunningServer
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
+from tests.support.websocket import ws_url
 from tests.upstream_sim import SimServer
 
 
@@ -57,6 +61,20 @@ def test_admin_routes_refuse_two_authorization_headers(server: RunningServer) ->
     assert listed.status_code == 200
     # The refused create changed nothing.
     assert "dup" not in [t["name"] for t in listed.json()["data"]]
+
+
+def test_websocket_handshake_refuses_two_authorization_headers(
+    server: RunningServer, tenant: TenantKeys
+) -> None:
+    with pytest.raises(InvalidStatus) as refused:
+        connect(
+            ws_url(server),
+            additional_headers=twice(tenant.api_key, tenant.api_key),
+            open_timeout=10,
+        )
+    assert refused.value.response.status_code == 400
+    error = json.loads(refused.value.response.body)["error"]
+    assert error["code"] == "duplicate_authorization_header"
 
 
 def _anthropic_error(response: httpx.Response) -> str:
