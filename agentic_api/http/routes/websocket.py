@@ -196,6 +196,8 @@ async def _lane_worker(session: Session, lane_key: str, lane: Lane) -> None:
 async def _serve_create(
     session: Session, lane_key: str, frame: dict[str, Any], stream_id: str | None
 ) -> None:
+    # Who is asking, then what is asked (as over HTTP).
+    tenant = await _current_tenant(session)
     body = {k: v for k, v in frame.items() if k not in ("type", "stream_id", "generate")}
     generate = frame.get("generate", True)
     if not isinstance(generate, bool):
@@ -208,7 +210,6 @@ async def _serve_create(
         )
     body["stream"] = True
     request, _raw = parse_create_request(orjson.dumps(body))
-    tenant = await _current_tenant(session)
     started = await start_socket_turn(
         session.services,
         Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt),
