@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from starlette.requests import HTTPConnection
 
-from agentic_api.errors import Unauthorized
+from agentic_api.errors import InvalidRequest, Unauthorized
 from agentic_api.services import Services
 from agentic_api.storage.tenants import TenantRepository, hash_key
 from lineage import mint_cache_salt
@@ -29,6 +29,19 @@ class TenantContext:
 def services_of(connection: HTTPConnection) -> Services:
     services: Services = connection.app.state.services
     return services
+
+
+def credential_header(connection: HTTPConnection, name: str = "authorization") -> str | None:
+    """The one value of a credential header. Several are refused rather than the first
+    believed: a proxy that adds its own, or a client that sends two, would otherwise have
+    the request run under whichever key came first."""
+    values = connection.headers.getlist(name)
+    if len(values) > 1:
+        raise InvalidRequest(
+            f"The request has {len(values)} '{name}' headers; send exactly one.",
+            code=f"duplicate_{name.replace('-', '_')}_header",
+        )
+    return values[0] if values else None
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -114,12 +127,12 @@ async def _tenant_by_name(services: Services, name: str) -> TenantContext:
 async def require_tenant(request: Request) -> TenantContext:
     services = services_of(request)
     cache: KeyCache = request.app.state.key_cache
-    return await authenticate(services, cache, request.headers.get("authorization"))
+    return await authenticate(services, cache, credential_header(request))
 
 
 async def require_admin(request: Request) -> None:
     services = services_of(request)
-    token = bearer_token(request.headers.get("authorization"))
+    token = bearer_token(credential_header(request))
     if token is None:
         raise Unauthorized("This route needs an admin key.", code="missing_api_key")
     async with services.db.read() as session:

@@ -1,10 +1,15 @@
 """A WebSocket turn (``response.create`` on a lane), from its parsed request to what the
 connection sends, and what the connection keeps of it.
 
-Each lane keeps its latest response's whole history (``turns/connection_histories.py``)
-so that ``store: false`` chains continue within the connection: a turn that completes
-replaces it; one that fails, or that cannot be prepared, forgets the response it
-continued (its history is no longer what the client's next turn would build on).
+Each lane keeps its latest unstored response's whole history
+(``turns/connection_histories.py``) so that ``store: false`` chains continue within the
+connection: a turn that completes replaces it; one that fails, or that cannot be prepared,
+forgets the response it continued (its history is no longer what the client's next turn
+would build on). A stored turn is not kept: its continuation reads its row, as over HTTP,
+so a deleted or purged response is refused at once, by every process. A kept history is
+continued only while what it holds of storage (the stored response it continued, the
+conversation it began in) is still there, checked against storage before each
+continuation; otherwise the connection answers as a fresh one would.
 """
 
 from __future__ import annotations
@@ -14,7 +19,12 @@ from typing import Any
 
 from agentic_api.errors import ApiError
 from agentic_api.services import Services
-from agentic_api.turns.connection_histories import ConnectionHistories, lane_history_after
+from agentic_api.storage.conversations import ConversationRepository
+from agentic_api.turns.connection_histories import (
+    ConnectionHistories,
+    LaneHistory,
+    lane_history_after,
+)
 from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
 from agentic_api.turns.render import agentic_context_of
 from agentic_api.turns.run import TurnFailed, run_without_model
@@ -31,6 +41,8 @@ class SocketTurn:
     turn: PreparedTurn
     histories: ConnectionHistories
     lane: str
+    # The kept history the turn continued, if it continued one.
+    base: LaneHistory | None
 
     async def settle(self) -> None:
         """Waits for the turn's end and keeps what the lane continues from."""
@@ -44,7 +56,7 @@ class SocketTurn:
             # What the model saw, which differs from the client's output when tools ran.
             seen = turn.model_output
             output = final["output"] if seen is None else [item.as_dict() for item in seen]
-            _remember(self.histories, self.lane, turn, output)
+            _remember(self.histories, self.lane, turn, self.base, output)
 
 
 async def start_socket_turn(
@@ -58,6 +70,7 @@ async def start_socket_turn(
 ) -> list[dict[str, Any]] | SocketTurn:
     """The turn, its upstream request accepted; or with ``generate: false`` the events
     of the turn recorded without the model (already kept for the lane)."""
+    base = await _kept_base(services, caller.tenant_id, histories, request)
     try:
         turn = await prepare_turn(
             services.db,
@@ -73,9 +86,37 @@ async def start_socket_turn(
         raise
     if not generate:
         events = await run_without_model(services, turn)
-        _remember(histories, lane, turn, [])
+        _remember(histories, lane, turn, base, [])
         return events
-    return SocketTurn(await open_stream(services, turn), turn, histories, lane)
+    return SocketTurn(await open_stream(services, turn), turn, histories, lane, base)
+
+
+async def _kept_base(
+    services: Services,
+    tenant_id: str,
+    histories: ConnectionHistories,
+    request: CreateResponseRequest,
+) -> LaneHistory | None:
+    """The kept history ``request`` continues, if it may still be continued; one that
+    holds a response or conversation deleted (or purged) since is forgotten, so the turn
+    is prepared as on a fresh connection."""
+    if request.previous_response_id is None or request.conversation_id is not None:
+        return None
+    base = histories.get(request.previous_response_id)
+    if base is None or await _storage_still_holds(services, tenant_id, base):
+        return base
+    histories.evict(base.response_id)
+    return None
+
+
+async def _storage_still_holds(services: Services, tenant_id: str, base: LaneHistory) -> bool:
+    ancestor = base.stored_ancestor
+    if ancestor is not None and await services.db.turns.checkpoint(tenant_id, ancestor) is None:
+        return False
+    if base.conversation_id is not None:
+        async with services.db.read() as session:
+            return await ConversationRepository(session).exists(tenant_id, base.conversation_id)
+    return True
 
 
 def _forget_parent(histories: ConnectionHistories, request: CreateResponseRequest) -> None:
@@ -84,8 +125,24 @@ def _forget_parent(histories: ConnectionHistories, request: CreateResponseReques
 
 
 def _remember(
-    histories: ConnectionHistories, lane: str, turn: PreparedTurn, output: list[dict[str, Any]]
+    histories: ConnectionHistories,
+    lane: str,
+    turn: PreparedTurn,
+    base: LaneHistory | None,
+    output: list[dict[str, Any]],
 ) -> None:
+    if turn.request.store:
+        # Continued from its row; the lane's older unstored history is not its latest.
+        histories.forget_lane(lane)
+        return
+    if turn.parent is not None:
+        # Continued a stored response (or a conversation's head) read from storage.
+        stored_ancestor: str | None = turn.parent.id
+        conversation_id = turn.conversation_id
+    elif base is not None:
+        stored_ancestor, conversation_id = base.stored_ancestor, base.conversation_id
+    else:
+        stored_ancestor, conversation_id = None, turn.conversation_id
     histories.remember(
         lane,
         lane_history_after(
@@ -94,8 +151,10 @@ def _remember(
             session_id=turn.lineage.session_id,
             depth=turn.lineage.depth,
             fingerprint=turn.fingerprint,
-            stored=turn.request.store,
+            stored=False,
             prompt=turn.prompt_items,
             output=output,
+            stored_ancestor=stored_ancestor,
+            conversation_id=conversation_id,
         ),
     )

@@ -1,5 +1,6 @@
-"""Connection-local histories: the latest response of each WebSocket lane, kept in
-memory so ``store: false`` chains can continue within one connection."""
+"""Connection-local histories: the latest unstored response of each WebSocket lane, kept
+in memory so ``store: false`` chains can continue within one connection. (A stored
+response is continued from storage, as over HTTP: its row says whether it still may be.)"""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ class LaneHistory:
     stored: bool
     # The full model-visible history through this response's output, as sent upstream.
     items: tuple[Item, ...]
+    # What of storage the history holds: the latest stored response it continued and the
+    # conversation it began in. Once either is deleted or purged the history is not
+    # continued (serving/socket_turn.py checks before each continuation).
+    stored_ancestor: str | None = None
+    conversation_id: str | None = None
 
 
 class ConnectionHistories:
@@ -38,6 +44,9 @@ class ConnectionHistories:
     def remember(self, lane: str, checkpoint: LaneHistory) -> None:
         self._by_lane[lane] = checkpoint
 
+    def forget_lane(self, lane: str) -> None:
+        self._by_lane.pop(lane, None)
+
     def evict(self, response_id: str) -> None:
         for lane, checkpoint in list(self._by_lane.items()):
             if checkpoint.response_id == response_id:
@@ -54,6 +63,8 @@ def lane_history_after(
     stored: bool,
     prompt: Sequence[Item],
     output: Sequence[dict[str, Any]],
+    stored_ancestor: str | None = None,
+    conversation_id: str | None = None,
 ) -> LaneHistory:
     return LaneHistory(
         response_id=response_id,
@@ -63,4 +74,6 @@ def lane_history_after(
         fingerprint=fingerprint,
         stored=stored,
         items=(*prompt, *(to_item(item) for item in output)),
+        stored_ancestor=stored_ancestor,
+        conversation_id=conversation_id,
     )

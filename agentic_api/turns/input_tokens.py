@@ -44,7 +44,9 @@ async def count_input_tokens(
         try:
             return len(await services.upstream.render_response(orjson.dumps(body), turn.headers))
         except ApiError as exc:
-            if exc.status_code in (502, 504):
+            # vLLM answers 403 for render when --enable-scale-out is off; our credentials,
+            # if really refused, fail the count below the same way.
+            if exc.status_code in (502, 504) and exc.code != "upstream_authentication_failed":
                 raise
             # Render refused (turned off since start-up?): count the way that always works.
             log.warning("render endpoint refused a count", code=exc.code, reason=exc.message)

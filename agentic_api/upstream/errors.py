@@ -61,9 +61,25 @@ def from_transport(
     )
 
 
+# The upstream refused the credentials this gateway sends it (AGENTIC_UPSTREAM_API_KEY),
+# not the tenant's: kept as 401/403 the client's SDK would report the tenant's key as bad.
+_REFUSED_OUR_CREDENTIALS = {401: "401 Unauthorized", 403: "403 Forbidden"}
+
+
 def from_status(status: int, body: bytes) -> ApiError:
-    """4xx answers keep their status (the request was bad); 5xx becomes our 502."""
+    """4xx answers keep their status (the request was bad), except a refusal of our own
+    upstream credentials; those and 5xx become our 502."""
     message, param, code = _describe(body)
+    refusal = _REFUSED_OUR_CREDENTIALS.get(status)
+    if refusal is not None:
+        return UpstreamError(
+            f"The model server refused this gateway's upstream credentials (HTTP {refusal}"
+            + (f": {message}" if message else "")
+            + "); the gateway's operator must fix its upstream API key. Your own API key "
+            "was accepted.",
+            status_code=502,
+            code="upstream_authentication_failed",
+        )
     if 400 <= status < 500:
         return ApiError(
             message or f"The model server rejected the request (HTTP {status}).",

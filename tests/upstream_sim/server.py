@@ -94,6 +94,9 @@ class RecordingMiddleware:
             parsed=parsed,
             client=scope.get("client"),
         )
+        if not self._authorized(scope):
+            await _json({"error": "Unauthorized"}, 401)(scope, _body_already_read, send_out)
+            return
         replayed = False
 
         async def replay(self_receive: Receive = receive) -> Message:
@@ -104,6 +107,17 @@ class RecordingMiddleware:
             return await self_receive()
 
         await self.app(scope, replay, send_out)
+
+    def _authorized(self, scope: Scope) -> bool:
+        expected = self.state.config.api_key
+        if expected is None or not scope["path"].startswith("/v1"):
+            return True
+        headers = dict(scope["headers"])
+        return headers.get(b"authorization") == f"Bearer {expected}".encode()
+
+
+async def _body_already_read() -> Message:
+    return {"type": "http.disconnect"}
 
 
 def _record_of(request: Request) -> RecordedRequest:

@@ -77,6 +77,9 @@ class SimConfig:
     # connected to, as vLLM does); the topic names the replica.
     kv_events_endpoint: str | None = None
     kv_events_topic: str = ""
+    # vLLM's ``--api-key``: every /v1 route answers 401 ``{"error": "Unauthorized"}`` to a
+    # request without ``Authorization: Bearer <api_key>``.
+    api_key: str | None = None
 
 
 class Headers(Mapping[str, str]):

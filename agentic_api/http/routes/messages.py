@@ -19,6 +19,7 @@ from agentic_api.http.auth import (
     TenantContext,
     authenticate_token,
     bearer_token,
+    credential_header,
     services_of,
 )
 from agentic_api.http.sse import SSE_HEADERS
@@ -66,7 +67,9 @@ _OPENAPI: dict[str, Any] = {
 
 async def anthropic_tenant(request: Request) -> TenantContext:
     cache: KeyCache = request.app.state.key_cache
-    token = request.headers.get("x-api-key") or bearer_token(request.headers.get("authorization"))
+    # Both read, so a repeated header is refused whichever of them carries the key.
+    api_key, bearer = credential_header(request, "x-api-key"), credential_header(request)
+    token = api_key or bearer_token(bearer)
     return await authenticate_token(
         services_of(request),
         cache,

@@ -3,11 +3,17 @@
 Client frames are ``response.create`` (the create body, streamed implicitly); each
 ``stream_id`` names a lane whose requests run one at a time, in order. Server frames are
 the SSE events, with ``stream_id`` echoed. Unknown client frame types are ignored.
+
+The handshake's key is authenticated again for every ``response.create``, through the
+same key cache as HTTP (``KEY_CACHE_SECONDS``), so the admin's revocation, disable and
+salt rotation reach an open connection within that bound: a refused key ends the
+connection (an ``error`` frame, then close code 1008); a new salt is the next turn's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,8 +21,8 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge
-from agentic_api.http.auth import TenantContext, authenticate, services_of
+from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge, Unauthorized
+from agentic_api.http.auth import TenantContext, authenticate, credential_header, services_of
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
 from agentic_api.services import Services
@@ -33,6 +39,8 @@ log = get_logger("agentic_api.websocket")
 MAX_LANES = 16
 MAX_QUEUED_PER_LANE = 8
 DEFAULT_LANE = ""
+# RFC 6455's "policy violation": the connection's credentials are no longer accepted.
+CLOSE_CREDENTIALS_REFUSED = 1008
 
 
 @dataclass
@@ -45,7 +53,8 @@ class Lane:
 class Session:
     websocket: WebSocket
     services: Services
-    tenant: TenantContext
+    # The handshake's Authorization header, authenticated again for every request.
+    authorization: str | None = field(repr=False)
     local: ConnectionHistories = field(default_factory=ConnectionHistories)
     lanes: dict[str, Lane] = field(default_factory=dict)
     send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -63,19 +72,28 @@ class Session:
     async def send_error(self, error: ApiError, stream_id: str | None) -> None:
         await self.send(socket_error_frame(error, stream_id))
 
+    async def close(self, code: int, reason: str) -> None:
+        """Ends the connection once; frames already sent go first."""
+        async with self.send_lock:
+            if self.closed:
+                return
+            self.closed = True
+            # The client may have left first: then there is nothing to close.
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+                await self.websocket.close(code=code, reason=reason)
+
 
 @router.websocket("/v1/responses")
 async def responses_socket(websocket: WebSocket) -> None:
     services = services_of(websocket)
     try:
-        tenant = await authenticate(
-            services, websocket.app.state.key_cache, websocket.headers.get("authorization")
-        )
+        authorization = credential_header(websocket)
+        await authenticate(services, websocket.app.state.key_cache, authorization)
     except ApiError as exc:
         await websocket.send_denial_response(JsonResponse(exc.body(), status_code=exc.status_code))
         return
     await websocket.accept()
-    session = Session(websocket, services, tenant)
+    session = Session(websocket, services, authorization)
     lifetime = services.settings.ws_max_connection_seconds
     deadline = time.monotonic() + lifetime
     try:
@@ -165,6 +183,9 @@ async def _lane_worker(session: Session, lane_key: str, lane: Lane) -> None:
         stream_id = frame.get("stream_id")
         try:
             await _serve_create(session, lane_key, frame, stream_id)
+        except CredentialsRefused as refused:
+            await session.send_error(refused.error, stream_id)
+            await session.close(CLOSE_CREDENTIALS_REFUSED, "credentials no longer accepted")
         except ApiError as exc:
             await session.send_error(exc, stream_id)
         except Exception:
@@ -175,6 +196,8 @@ async def _lane_worker(session: Session, lane_key: str, lane: Lane) -> None:
 async def _serve_create(
     session: Session, lane_key: str, frame: dict[str, Any], stream_id: str | None
 ) -> None:
+    # Who is asking, then what is asked (as over HTTP).
+    tenant = await _current_tenant(session)
     body = {k: v for k, v in frame.items() if k not in ("type", "stream_id", "generate")}
     generate = frame.get("generate", True)
     if not isinstance(generate, bool):
@@ -187,7 +210,6 @@ async def _serve_create(
         )
     body["stream"] = True
     request, _raw = parse_create_request(orjson.dumps(body))
-    tenant = session.tenant
     started = await start_socket_turn(
         session.services,
         Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt),
@@ -209,6 +231,32 @@ async def _serve_create(
     await started.settle()
 
 
+class CredentialsRefused(Exception):
+    """The connection's key is no longer accepted: the request is refused and the
+    connection ends."""
+
+    def __init__(self, error: ApiError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+async def _current_tenant(session: Session) -> TenantContext:
+    """The connection's tenant as it is now (its salt epoch included)."""
+    services = session.services
+    try:
+        return await authenticate(
+            services, session.websocket.app.state.key_cache, session.authorization
+        )
+    except Unauthorized as exc:
+        raise CredentialsRefused(
+            Unauthorized(
+                "The API key this connection was opened with is no longer accepted (it was "
+                "revoked, or its tenant disabled); the connection is closed.",
+                code=exc.code,
+            )
+        ) from exc
+
+
 async def _close_for_lifetime(session: Session, lifetime: float) -> None:
     await session.send_error(
         ApiError(
@@ -219,8 +267,7 @@ async def _close_for_lifetime(session: Session, lifetime: float) -> None:
         ),
         None,
     )
-    session.closed = True
-    await session.websocket.close(code=1000, reason="connection lifetime reached")
+    await session.close(1000, "connection lifetime reached")
 
 
 def _stop_lanes(session: Session) -> None:
