@@ -80,6 +80,15 @@ def from_status(status: int, body: bytes) -> ApiError:
             status_code=502,
             code="upstream_authentication_failed",
         )
+    if status == 404 and param == "model":
+        # vLLM names no code ("code": 404), and OpenAI's clients branch on this one.
+        return ApiError(
+            message or "The model server does not serve the requested model.",
+            status_code=404,
+            error_type="invalid_request_error",
+            param="model",
+            code="model_not_found",
+        )
     if 400 <= status < 500:
         return ApiError(
             message or f"The model server rejected the request (HTTP {status}).",

@@ -95,7 +95,10 @@ FIELDS: dict[str, FieldPolicy] = {
     "max_output_tokens": FieldPolicy("forwarded", "the upstream stops there"),
     "max_tool_calls": FieldPolicy("ours", "bounds the gateway's MCP tool calls; forwarded"),
     "metadata": FieldPolicy("ours", "stored and echoed (16 pairs, 64 / 512 characters)"),
-    "model": FieldPolicy("forwarded", "the upstream's served model name"),
+    "model": FieldPolicy(
+        "forwarded",
+        "the upstream's served model name; one it does not serve is 404 model_not_found",
+    ),
     "moderation": FieldPolicy("refused", "no moderation model runs here"),
     "parallel_tool_calls": FieldPolicy("forwarded", "the upstream's tool-call parser decides"),
     "previous_response_id": FieldPolicy("ours", "chains rehydrated from storage"),

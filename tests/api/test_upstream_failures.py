@@ -84,10 +84,12 @@ def test_upstream_5xx_is_a_502(client: OpenAI, sim: SimServer) -> None:
     assert error.value.code == "upstream_error"
 
 
-def test_unknown_model_is_the_upstreams_404(client: OpenAI, sim: SimServer) -> None:
+def test_unknown_model_is_the_upstreams_404_model_not_found(client: OpenAI, sim: SimServer) -> None:
     with pytest.raises(APIStatusError) as error:
         client.responses.create(model="no-such-model", input="x")
     assert error.value.status_code == 404
+    assert (error.value.code, error.value.param) == ("model_not_found", "model")
+    assert "no-such-model" in error.value.message
 
 
 def test_unreachable_upstream_is_502_and_slow_one_504(
