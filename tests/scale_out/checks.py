@@ -63,10 +63,10 @@ def count_runs(requests: Iterable[Request], runs: dict[str, list[TapRun]]) -> Ru
         if not seen:
             count.keys_never_run += 1
             continue
-        if request.settled_at is not None:
-            count.runs_after_acknowledgement += sum(
-                1 for run in seen if run.at > request.settled_at
-            )
+        # A foreground turn's outcome is its answer; a background job's is its end.
+        known = request.settled_at if request.kind == "background" else request.acknowledged_at
+        if known is not None:
+            count.runs_after_acknowledgement += sum(1 for run in seen if run.at > known)
         lost = [a for a in request.attempts if a.outcome not in ("ok", "replayed")]
         extra = len(seen) - 1
         count.unexplained_reruns += max(0, extra - len(lost))
@@ -80,6 +80,34 @@ def ran_on(request: Request, runs: dict[str, list[TapRun]]) -> str | None:
     """The gateway whose model run produced the stored turn: the last one to run it."""
     seen = runs.get(request.tag, [])
     return seen[-1].gateway if seen else None
+
+
+def background_takeovers(
+    jobs: list[Request],
+    runs: dict[str, list[TapRun]],
+    killed: str,
+    recovered_before: dict[str, dict[str, float]],
+    recovered_after: dict[str, dict[str, float]],
+) -> dict[str, Any]:
+    """Acknowledged background jobs: how they ended, which gateway ran them against which
+    queued them, and what each gateway's sweep recovered from a dead one's lease."""
+    ran_by = {job.tag: ran_on(job, runs) for job in jobs}
+    via_killed = [job for job in jobs if job.answered_by == killed]
+    return {
+        "acknowledged": len(jobs),
+        "final_status": dict(sorted(Counter(str(job.status) for job in jobs).items())),
+        "enqueued_via_killed_gateway": len(via_killed),
+        "enqueued_via_killed_gateway_ran_elsewhere": sum(
+            1 for job in via_killed if ran_by[job.tag] not in (None, killed)
+        ),
+        "ran_on_another_gateway_than_enqueued": sum(
+            1 for job in jobs if ran_by[job.tag] not in (None, job.answered_by)
+        ),
+        "recovered_by_sweep": {
+            name: {k: v - recovered_before.get(name, {}).get(k, 0) for k, v in after.items()}
+            for name, after in recovered_after.items()
+        },
+    }
 
 
 async def retrieve_everywhere(

@@ -113,6 +113,46 @@ async def probe_sessions(tier: Tier, count: int) -> list[str]:
     return paths
 
 
+async def load_with_faults(
+    tier: Tier, driver: LoadDriver, out: Path, timeline: dict[str, float]
+) -> int:
+    """The keyed driver and bench agents through the balancer for SECONDS; a quarter in, one
+    gateway SIGKILLed (and restarted 5 s later); at 60%, PostgreSQL crashed and restarted.
+    Returns bench agents' exit status."""
+    stop = asyncio.Event()
+    start = time.monotonic()
+    bench = await bench_agents(tier, out, turns=max(4, int(SECONDS / 4)))
+    load = asyncio.create_task(driver.run(CLIENTS, stop))
+
+    async def at(fraction: float) -> None:
+        await asyncio.sleep(max(0.0, start + SECONDS * fraction - time.monotonic()))
+
+    async def gateway_fault() -> None:
+        await at(0.25)
+        timeline["gateway_killed"] = time.monotonic() - start
+        await asyncio.to_thread(tier.kill_gateway, KILLED)
+        await asyncio.sleep(5)
+        await asyncio.to_thread(tier.restart_gateway, KILLED)
+        timeline["gateway_back"] = time.monotonic() - start
+
+    async def database_fault() -> None:
+        await at(0.6)
+        timeline["database_restart_began"] = time.monotonic() - start
+        await asyncio.to_thread(tier.postgres.restart)
+        timeline["database_back"] = time.monotonic() - start
+
+    faults = asyncio.gather(gateway_fault(), database_fault())
+    await at(1.0)
+    await faults
+    stop.set()
+    await load
+    timeline["load_ended"] = time.monotonic() - start
+    code = await bench.wait()
+    timeline["bench_ended"] = time.monotonic() - start
+    await driver.close()
+    return code
+
+
 def test_gateway_kill_and_database_restart_lose_nothing(tier: Tier) -> None:
     urls = gateway_urls(tier)
     out = tier.folder / "bench"
@@ -123,42 +163,8 @@ def test_gateway_kill_and_database_restart_lose_nothing(tier: Tier) -> None:
         n: checks.scrape(u, "agentic_background_recovered_total") for n, u in urls.items()
     }
 
-    async def run() -> int:
-        stop = asyncio.Event()
-        start = time.monotonic()
-        bench = await bench_agents(tier, out, turns=max(4, int(SECONDS / 4)))
-        load = asyncio.create_task(driver.run(CLIENTS, stop))
-
-        async def at(fraction: float) -> None:
-            await asyncio.sleep(max(0.0, start + SECONDS * fraction - time.monotonic()))
-
-        async def gateway_fault() -> None:
-            await at(0.25)
-            timeline["gateway_killed"] = time.monotonic() - start
-            await asyncio.to_thread(tier.kill_gateway, KILLED)
-            await asyncio.sleep(5)
-            await asyncio.to_thread(tier.restart_gateway, KILLED)
-            timeline["gateway_back"] = time.monotonic() - start
-
-        async def database_fault() -> None:
-            await at(0.6)
-            timeline["database_restart_began"] = time.monotonic() - start
-            await asyncio.to_thread(tier.postgres.restart)
-            timeline["database_back"] = time.monotonic() - start
-
-        faults = asyncio.gather(gateway_fault(), database_fault())
-        await at(1.0)
-        await faults
-        stop.set()
-        await load
-        timeline["load_ended"] = time.monotonic() - start
-        code = await bench.wait()
-        timeline["bench_ended"] = time.monotonic() - start
-        await driver.close()
-        return code
-
     started = time.monotonic()
-    bench_code = asyncio.run(run())
+    bench_code = asyncio.run(load_with_faults(tier, driver, out, timeline))
     requests = driver.requests
     runs = checks.tap_runs(tier.tap_log)
     bench_rows = json.loads((out / "bench_agents.json").read_text()) if bench_code == 0 else {}
@@ -169,25 +175,10 @@ def test_gateway_kill_and_database_restart_lose_nothing(tier: Tier) -> None:
     claims = checks.error_claims(requests, urls[SURVIVORS[0]], tier.tenant.api_key)
 
     background = [r for r in requests if r.kind == "background" and r.acknowledged]
-    ran_by = {r.tag: checks.ran_on(r, runs) for r in background}
     recovered_after = {
         n: checks.scrape(u, "agentic_background_recovered_total") for n, u in urls.items()
     }
-    background_figures = {
-        "acknowledged": len(background),
-        "final_status": dict(sorted(Counter(str(r.status) for r in background).items())),
-        "enqueued_via_killed_gateway": sum(1 for r in background if r.answered_by == KILLED),
-        "enqueued_via_killed_gateway_ran_elsewhere": sum(
-            1 for r in background if r.answered_by == KILLED and ran_by[r.tag] not in (None, KILLED)
-        ),
-        "ran_on_another_gateway_than_enqueued": sum(
-            1 for r in background if ran_by[r.tag] not in (None, r.answered_by)
-        ),
-        "recovered_by_sweep": {
-            name: {k: after.get(k, 0) - recovered_before.get(name, {}).get(k, 0) for k in after}
-            for name, after in recovered_after.items()
-        },
-    }
+    jobs = checks.background_takeovers(background, runs, KILLED, recovered_before, recovered_after)
 
     probes = asyncio.run(probe_sessions(tier, 3))
     load_paths = residency_paths(requests, driver.conversations)
@@ -237,7 +228,7 @@ def test_gateway_kill_and_database_restart_lose_nothing(tier: Tier) -> None:
             "failures": continued["failures"][:10],
         },
         "model_runs": {k: v for k, v in vars(run_count).items()},
-        "background": background_figures,
+        "background": jobs,
         "residency": {
             "load_sessions": len(load_paths),
             "differing_between_survivors": {
