@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -186,6 +187,7 @@ def main() -> None:
                 process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 process.kill()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
