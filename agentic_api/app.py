@@ -50,7 +50,7 @@ from agentic_api.metrics import mark_this_process_dead
 from agentic_api.services import Services
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
-from agentic_api.storage.migrate import upgrade_async
+from agentic_api.storage.migrate import require_current, upgrade_async
 from agentic_api.storage.tenants import TenantRepository
 from agentic_api.storage.verified_histories import VerifiedHistories
 from agentic_api.upstream.capabilities import TokenCapabilityCache
@@ -68,6 +68,13 @@ async def build_services(settings: Settings) -> Services:
     if settings.should_auto_migrate:
         await upgrade_async(settings.resolved_database_url)
     db = Database.from_url(settings.resolved_database_url, pool_size=settings.database_pool_size)
+    try:
+        # `serve` and `worker` refused already (cli.py); an app built otherwise never
+        # starts on a database whose schema is not this release's either.
+        require_current(await db.schema_revisions())
+    except BaseException:
+        await db.close()
+        raise
     upstream = UpstreamClient(
         settings.upstream_base_url,
         api_key=(

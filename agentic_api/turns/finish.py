@@ -13,6 +13,7 @@ from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.storage.errors import nothing_written
 from agentic_api.turns.commit import commit_turn
+from agentic_api.turns.commit_readback import settle_failed_commit
 from agentic_api.turns.in_progress import TurnInProgress
 from agentic_api.turns.prepare import PreparedTurn
 from agentic_api.turns.token_plan import TokenRecord
@@ -74,20 +75,17 @@ async def complete_turn(
             refused.after_model = True
             raise
         except Exception as exc:
-            # The database itself failed (our checks ran before the model did). The
-            # model's work is lost, but the client can see that it was: the turn is
-            # stored as failed, with the Idempotency-Key's outcome, so a retry with the
+            # The database itself failed (our checks ran before the model did). What the
+            # client is told is what is stored (turns/commit_readback.py): a commit that
+            # landed before the connection went is answered as committed; a refused one
+            # is stored as failed, with the Idempotency-Key's outcome, so a retry with the
             # key replays the failure instead of running the model again.
-            log.exception("commit failed", response_id=turn.response_id)
-            lost = ApiError(
-                "The response could not be saved; it was stored as failed and cannot be "
-                f"continued ({type(exc).__name__}).",
-                status_code=500,
-                code="commit_failed",
-            )
-            # The terminal event was never sent: the failure's events take its number on.
-            relay.release(terminal)
-            await fail_turn(run, lost)
+            settled = await settle_failed_commit(services.db, turn, final, exc)
+            if not settled.committed:
+                assert settled.error is not None
+                # The terminal event was never sent: the failure's events take its number.
+                relay.release(terminal)
+                await fail_turn(run, settled.error, record=settled.record_failure)
     turn.model_output = list(model_output)
     emit(terminal)
     after_commit(services, turn, tokens)
@@ -124,8 +122,9 @@ async def _commit_retrying_once(
             log.warning("commit retried", response_id=turn.response_id, reason=type(exc).__name__)
 
 
-async def fail_turn(run: TurnInProgress, failure: ApiError) -> NoReturn:
-    """Stores the failure (input only: never a checkpoint) and ends the stream."""
+async def fail_turn(run: TurnInProgress, failure: ApiError, *, record: bool = True) -> NoReturn:
+    """Stores the failure (input only: never a checkpoint) and ends the stream.
+    ``record=False``: the database could store nothing (the failure says so)."""
     services, turn, relay, emit = run.services, run.turn, run.relay, run.emit
     run.upstream_over()
     cancel_parent_read(turn)
@@ -140,7 +139,7 @@ async def fail_turn(run: TurnInProgress, failure: ApiError) -> NoReturn:
     )
     emit(relay.stamp(error_event(failure)))
     terminal = relay.stamp(terminal_event(final))
-    if turn.request.store:
+    if turn.request.store and record:
         try:
             await commit_turn(
                 services.db,
@@ -151,6 +150,12 @@ async def fail_turn(run: TurnInProgress, failure: ApiError) -> NoReturn:
                 histories=services.histories,
                 failure=failure.body()["error"],
                 serialized=run.serialized,
+            )
+        except ApiError as refused:  # the database's state (busy, lost, full): said once
+            log.warning(
+                "could not record the failed response",
+                response_id=turn.response_id,
+                code=refused.code,
             )
         except Exception:
             log.exception("could not record the failed response", response_id=turn.response_id)
