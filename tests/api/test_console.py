@@ -534,3 +534,30 @@ def test_statements_per_page_do_not_grow_with_rows(
         assert max(after.values()) <= 12, after
     finally:
         running.stop()
+
+
+def test_charts_are_script_free_svg_images_for_logged_in_viewers(
+    server: RunningServer, console: httpx.Client, client: OpenAI, sim: SimServer, tenant: TenantKeys
+) -> None:
+    sim.push(Reply("one"), Reply("two"))
+    first = client.responses.create(model=MODEL, input="One")
+    sim.state.cache.clear()
+    client.responses.create(model=MODEL, input="Two", previous_response_id=first.id)
+    page = ok(console.get(f"/console/tenants/{tenant.id}"))
+    for name in ("hit_ratio", "lost"):
+        path = f"/console/tenants/{tenant.id}/charts/{name}.svg"
+        assert f'src="{path}?span=24h"' in page
+        answer = console.get(path, params={"span": "24h"})
+        assert answer.status_code == 200
+        assert answer.headers["content-type"] == "image/svg+xml"
+        assert "script-src" not in answer.headers["content-security-policy"]
+        assert answer.text.startswith("<svg") or "<svg" in answer.text[:200]
+        assert "<script" not in answer.text
+        with httpx.Client(base_url=server.url, timeout=20) as stranger:
+            assert stranger.get(path).status_code == 404
+    # The chart's causes are the page's: one set of numbers.
+    table = page.split('id="lost-by-cause"')[1].split("</table>")[0]
+    causes = re.findall(r"<tr><td>([a-z_]+)</td>", table)
+    assert causes
+    svg = console.get(f"/console/tenants/{tenant.id}/charts/lost.svg").text
+    assert all(f">{cause}</text>" in svg for cause in causes)

@@ -4,13 +4,14 @@ so); sorting, filtering and paging are links and GET forms; charts are SVG image
 
 Transport only: login cookies and CSRF (``login_session``, ``gate``), rendering and
 headers (``render``, ``headers``), the pages (``pages``) and the few confirmed actions
-(``actions``); what a page shows is gathered by ``serving/console``.
+(``actions``); the charts, SVG images drawn with ``agentic_api.charts``
+(``charts``); what a page shows is gathered by ``serving/console``.
 """
 
 from fastapi import APIRouter
 
-from agentic_api.http.console import actions, login, pages
+from agentic_api.http.console import actions, charts, login, pages
 
 router = APIRouter()
-for _module in (login, pages, actions):
+for _module in (login, pages, charts, actions):
     router.include_router(_module.router)
