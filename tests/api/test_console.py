@@ -202,7 +202,7 @@ def test_every_page_is_locked_down(
         assert "script" not in PAGE_POLICY and "unsafe" not in PAGE_POLICY
         assert "frame-ancestors 'none'" in PAGE_POLICY
         assert answer.headers["x-frame-options"] == "DENY"
-        assert answer.headers["referrer-policy"] == "no-referrer"
+        assert answer.headers["referrer-policy"] == "same-origin"
         assert answer.headers["cache-control"] == "no-store"
         assert "<script" not in answer.text
 

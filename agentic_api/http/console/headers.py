@@ -1,6 +1,7 @@
 """What every console answer carries: a strict Content-Security-Policy (no script at
 all, styles and images from this origin only, forms posting only here, never framed),
-no referrer, no caching, no sniffing."""
+no referrer to other sites (same-origin: with none at all, browsers post forms with
+``Origin: null``, which the CSRF check must refuse), no caching, no sniffing."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def harden(response: Response, *, policy: str = PAGE_POLICY) -> Response:
     headers = response.headers
     headers["Content-Security-Policy"] = policy
     headers["X-Frame-Options"] = "DENY"
-    headers["Referrer-Policy"] = "no-referrer"
+    headers["Referrer-Policy"] = "same-origin"
     headers["X-Content-Type-Options"] = "nosniff"
     headers["Cache-Control"] = "no-store"
     headers["Cross-Origin-Opener-Policy"] = "same-origin"

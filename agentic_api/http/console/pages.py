@@ -16,6 +16,7 @@ from agentic_api.http.console.gate import Viewer, viewer
 from agentic_api.http.console.headers import harden
 from agentic_api.http.console.params import BadParameter, choice, flag, identifier, integer, text
 from agentic_api.http.console.render import page, redirect
+from agentic_api.http.console.tree import tree_rows
 from agentic_api.http.residency_view import annotate_timeline, session_residency
 from agentic_api.serving.console.jobs import JobState, list_jobs, list_message_turns
 from agentic_api.serving.console.lineage import response_lineage
@@ -159,7 +160,9 @@ async def lineage(request: Request, who: Viewer) -> Response:
     found = await response_lineage(services_of(request), request.path_params["response_id"])
     if found is None:
         return not_found(request, who, "such response")
-    return page(request, "lineage.html", viewer=who, lineage=found)
+    return page(
+        request, "lineage.html", viewer=who, lineage=found, rows=tree_rows(found.descendants)
+    )
 
 
 @router.get("/tenants/{tenant_id}/residency")

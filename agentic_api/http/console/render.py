@@ -41,6 +41,14 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 10 else f"{value:.1f} s"
 
 
+def _latency(value: float | None) -> str:
+    # Stored creation and completion times are whole seconds (the Responses API's
+    # created_at / completed_at), so a latency is too: "< 1 s" rather than a false "0 ms".
+    if value is None:
+        return "—"
+    return "< 1 s" if value < 1 else f"{value:.0f} s"
+
+
 def _query(base: str, **params: Any) -> str:
     """``base`` with the given query parameters (None and "" left out), each encoded."""
     kept = {k: v for k, v in params.items() if v is not None and v != ""}
@@ -54,7 +62,9 @@ _templates = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_templates.filters.update(number=_number, percent=_percent, when=_when, seconds=_seconds)
+_templates.filters.update(
+    number=_number, percent=_percent, when=_when, seconds=_seconds, latency=_latency
+)
 _templates.globals.update(query=_query)
 
 
