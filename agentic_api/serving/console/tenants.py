@@ -67,11 +67,9 @@ async def list_tenants(services: Services, *, offset: int, limit: int) -> Tenant
 
 
 @dataclass(frozen=True)
-class TenantOverview:
-    tenant: AdminTenant
-    # All time, as GET /admin/v1/tenants/{id}/cache_stats answers (api=all).
-    by_model: list[CacheStats]
-    total: CacheStats
+class TenantSeries:
+    """Turns and lost tokens per time bucket over a span (what the charts draw)."""
+
     span: Span
     since: datetime
     bucket_seconds: int
@@ -87,13 +85,45 @@ class TenantOverview:
         return dict(sorted(totals.items(), key=lambda item: (-item[1], item[0])))
 
 
-async def tenant_overview(
-    services: Services, tenant_id: str, span: Span, *, now: datetime | None = None
-) -> TenantOverview | None:
+@dataclass(frozen=True)
+class TenantOverview:
+    tenant: AdminTenant
+    # All time, as GET /admin/v1/tenants/{id}/cache_stats answers (api=all).
+    by_model: list[CacheStats]
+    total: CacheStats
+    series: TenantSeries
+
+
+def _window(span: Span, now: datetime | None) -> tuple[datetime, int]:
     length, bucket = SPANS[span]
     # Buckets start on multiples of their length, so the window starts on one too.
     end = (now or datetime.now(UTC)).timestamp()
-    since = datetime.fromtimestamp((end - length.total_seconds()) // bucket * bucket, UTC)
+    return datetime.fromtimestamp((end - length.total_seconds()) // bucket * bucket, UTC), bucket
+
+
+async def _series(
+    repo: ConsoleRepository, tenant_id: str, span: Span, now: datetime | None
+) -> TenantSeries:
+    since, bucket = _window(span, now)
+    usage = await repo.usage_series(tenant_id, since, bucket)
+    lost = await repo.lost_series(tenant_id, since, bucket)
+    return TenantSeries(span, since, bucket, usage, lost)
+
+
+async def tenant_series(
+    services: Services, tenant_id: str, span: Span, *, now: datetime | None = None
+) -> TenantSeries | None:
+    """Only the time series (for a chart): three statements."""
+    async with services.db.read() as session:
+        repo = ConsoleRepository(session)
+        if await repo.tenant(tenant_id) is None:
+            return None
+        return await _series(repo, tenant_id, span, now)
+
+
+async def tenant_overview(
+    services: Services, tenant_id: str, span: Span, *, now: datetime | None = None
+) -> TenantOverview | None:
     async with services.db.read() as session:
         admin = AdminRepository(session)
         tenant = await admin.tenants.get(tenant_id)
@@ -101,16 +131,10 @@ async def tenant_overview(
             return None
         by_model = await admin.usage_by_model(tenant_id, Window(), after=None, limit=MAX_LIST_LIMIT)
         total = await admin.usage_total(tenant_id, Window())
-        repo = ConsoleRepository(session)
-        usage = await repo.usage_series(tenant_id, since, bucket)
-        lost = await repo.lost_series(tenant_id, since, bucket)
+        series = await _series(ConsoleRepository(session), tenant_id, span, now)
     return TenantOverview(
         tenant=tenant_view(tenant),
         by_model=[stats_view(row) for row in by_model[:MAX_LIST_LIMIT]],
         total=stats_view(total),
-        span=span,
-        since=since,
-        bucket_seconds=bucket,
-        usage=usage,
-        lost=lost,
+        series=series,
     )
