@@ -22,6 +22,7 @@ from agentic_api.cache.residency.endpoints import Endpoint, EndpointError, parse
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker
+from agentic_api.http import console
 from agentic_api.http.auth import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
@@ -263,6 +264,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         routers.append(metrics.router)
     for router in routers:
         app.include_router(router)
+    if settings.console_enabled:
+        app.include_router(console.router)
     # What a 405 names as allowed (http/errors.py): every method declared on the path.
     app.state.api_routes = [
         route for router in routers for route in router.routes if isinstance(route, APIRoute)
