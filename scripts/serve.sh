@@ -287,6 +287,11 @@ EOF
 }
 
 mkdir -p "$DATA_DIR"
+# Before anything starts: another server on the port would answer this one's health checks.
+if [[ "$(http_code "$URL/health")" != 000 ]]; then
+  say "something already answers on $URL: stop it, or choose another port (--port N)"
+  exit 1
+fi
 if [[ "$mode" == simulated ]]; then
   start_simulator
   served_model="$SIM_MODEL"
