@@ -17,8 +17,10 @@
 # --host H, --workers N). Ctrl-C stops the server and whatever this script started for it.
 #
 # Environment: AGENTIC_LOCAL_MODEL_PORT (the local vLLM's port, default 8001),
-# AGENTIC_LOCAL_MODEL_MIN_MEMORY_MB (default 5000), and scripts/real_vllm's
-# AGENTIC_VLLM_VENV, AGENTIC_SMOLLM2_DIR, AGENTIC_VLLM_RUN_DIR, AGENTIC_VLLM_PYTHON.
+# AGENTIC_LOCAL_MODEL_MIN_MEMORY_MB (default 5000), AGENTIC_VLLM_START_TIMEOUT (default
+# 600 s: vLLM took 261 s to start on a 2-core machine under a load average of 13-22, and
+# did not within 300 s at 40), and scripts/real_vllm's AGENTIC_VLLM_VENV,
+# AGENTIC_SMOLLM2_DIR, AGENTIC_VLLM_RUN_DIR, AGENTIC_VLLM_PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$(pwd)"
@@ -187,7 +189,7 @@ start_local_model() {
   vllm_port="$vport"
   # The tool-call flags are the SmolLM2 test tier's (hermes parser, render endpoint).
   upstream="$(AGENTIC_VLLM_MODEL_DIR="$model_dir" AGENTIC_VLLM_PROGRESS=1 \
-    AGENTIC_VLLM_START_TIMEOUT="${AGENTIC_VLLM_START_TIMEOUT:-300}" \
+    AGENTIC_VLLM_START_TIMEOUT="${AGENTIC_VLLM_START_TIMEOUT:-600}" \
     scripts/real_vllm/start.sh "$vport" "$MODEL_NAME" \
     --enable-auto-tool-choice --tool-call-parser hermes --enable-scale-out)"
 }
