@@ -72,7 +72,7 @@ if [[ "$mode" == local && -n "${AGENTIC_UPSTREAM_BASE_URL:-}" ]]; then
 fi
 
 if [[ ! -x .venv/bin/agentic-api ]]; then
-  say "first run: installing agentic-api and its dependencies into .venv (about 30 s)"
+  say "first run: installing agentic-api and its dependencies into .venv (30 s to 3 min, with the load)"
   python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   # pip's own lines, one per package, show that it is moving.
@@ -185,7 +185,7 @@ start_local_model() {
   local built
   built="$(scripts/real_vllm/setup_smollm2.sh)"
   local model_dir="${built##*=}"
-  say "[3/4] starting vLLM with $MODEL_NAME on $vurl (45-120 s on a small machine; its log: $run_dir/vllm-$vport.log)"
+  say "[3/4] starting vLLM with $MODEL_NAME on $vurl (1-2 min on a quiet 2-core machine, up to 10 when busy; its log: $run_dir/vllm-$vport.log)"
   vllm_port="$vport"
   # The tool-call flags are the SmolLM2 test tier's (hermes parser, render endpoint).
   upstream="$(AGENTIC_VLLM_MODEL_DIR="$model_dir" AGENTIC_VLLM_PROGRESS=1 \
