@@ -40,9 +40,9 @@ from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository, StoredItem
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.storage.types import to_unix, utcnow
-from agentic_api.turns.commit_steps import CommitStep
-from agentic_api.turns.prepare import Caller, PreparedTurn, Reservation, prepare_turn
-from agentic_api.turns.render import agentic_context_of
+from agentic_api.turns.data.commit_steps import CommitStep
+from agentic_api.turns.prepare.render import agentic_context_of
+from agentic_api.turns.prepare.turn import Caller, PreparedTurn, Reservation, prepare_turn
 from agentic_api.turns.run import TurnFailed, run_turn
 from agentic_api.wire.items import Item
 from agentic_api.wire.requests import CreateResponseRequest

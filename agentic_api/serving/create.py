@@ -19,8 +19,8 @@ from agentic_api.idempotency import Claim, requires_store
 from agentic_api.services import Services
 from agentic_api.serving.results import Final, Queued, Replayed, Streaming, replayed
 from agentic_api.storage.idempotency import KeyRef, Outcome
-from agentic_api.turns.prepare import Caller, prepare_turn
-from agentic_api.turns.render import agentic_context_of
+from agentic_api.turns.prepare.render import agentic_context_of
+from agentic_api.turns.prepare.turn import Caller, prepare_turn
 from agentic_api.turns.run import TurnFailed, run_turn
 from agentic_api.turns.stream import open_stream
 from agentic_api.wire.requests import CreateResponseRequest

@@ -14,9 +14,9 @@ from typing import Any
 
 from agentic_api.errors import ApiError
 from agentic_api.services import Services
-from agentic_api.turns.connection_histories import ConnectionHistories, lane_history_after
-from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
-from agentic_api.turns.render import agentic_context_of
+from agentic_api.turns.prepare.connection_histories import ConnectionHistories, lane_history_after
+from agentic_api.turns.prepare.render import agentic_context_of
+from agentic_api.turns.prepare.turn import Caller, PreparedTurn, prepare_turn
 from agentic_api.turns.run import TurnFailed, run_without_model
 from agentic_api.turns.stream import TurnStream, open_stream
 from agentic_api.wire.requests import CreateResponseRequest

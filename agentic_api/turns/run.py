@@ -10,16 +10,16 @@ from typing import Any
 
 from agentic_api.errors import ApiError
 from agentic_api.services import Services
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.commit import commit_turn
-from agentic_api.turns.compaction import run_compaction_turn
-from agentic_api.turns.finish import TurnFailed, complete_turn
-from agentic_api.turns.in_progress import TurnInProgress
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.relay import StreamRelay
-from agentic_api.turns.round import upstream_round
-from agentic_api.turns.tokens import attach_tokens
-from agentic_api.turns.tool_loop import run_tool_turn
+from agentic_api.turns.kinds.compaction import run_compaction_turn
+from agentic_api.turns.kinds.tool_loop import run_tool_turn
+from agentic_api.turns.prepare.turn import PreparedTurn
+from agentic_api.turns.runner.channel import TurnChannel
+from agentic_api.turns.runner.commit import commit_turn
+from agentic_api.turns.runner.finish import TurnFailed, complete_turn
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.turns.runner.round import upstream_round
+from agentic_api.turns.runner.tokens import attach_tokens
 from agentic_api.wire.events import snapshot_event, terminal_event
 from agentic_api.wire.items import to_item
 from agentic_api.wire.response_object import empty_usage, finish_response, normalize_usage

@@ -22,9 +22,9 @@ from types import TracebackType
 from typing import Any
 
 from agentic_api.services import Services
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.prepare import PreparedTurn
+from agentic_api.turns.prepare.turn import PreparedTurn
 from agentic_api.turns.run import run_turn
+from agentic_api.turns.runner.channel import TurnChannel
 
 Work = Coroutine[Any, Any, dict[str, Any]]
 # Wraps the turn's run in what must last exactly as long (an Idempotency-Key's hold).

@@ -17,7 +17,7 @@ from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository
-from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
+from agentic_api.turns.prepare.turn import Caller, PreparedTurn, prepare_turn
 from agentic_api.upstream.capabilities import TokenCapabilityCache
 from agentic_api.wire.requests import parse_create_request
 from tests.support.databases import sqlite_url

@@ -17,10 +17,10 @@ import orjson
 
 from agentic_api.metrics import TurnMeter
 from agentic_api.services import Services
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.relay import StreamRelay
-from agentic_api.turns.render import streams_upstream
+from agentic_api.turns.prepare.render import streams_upstream
+from agentic_api.turns.prepare.turn import PreparedTurn
+from agentic_api.turns.runner.channel import TurnChannel
+from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.wire.response_object import open_sampling
 
 Emit = Callable[[dict[str, Any]], None]

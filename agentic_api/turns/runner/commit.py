@@ -16,10 +16,10 @@ from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.responses import NewItem, ResponseRepository
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.storage.verified_histories import VerifiedHistories
-from agentic_api.turns.conversation import append_turn
-from agentic_api.turns.history import salt_identity
-from agentic_api.turns.prepare import CONTINUABLE, PreparedTurn
-from agentic_api.turns.token_plan import TokenRecord
+from agentic_api.turns.data.token_plan import TokenRecord
+from agentic_api.turns.prepare.conversation import append_turn
+from agentic_api.turns.prepare.history import salt_identity
+from agentic_api.turns.prepare.turn import CONTINUABLE, PreparedTurn
 from agentic_api.wire.items import Item
 from lineage import extend_digest, prefix_digest
 

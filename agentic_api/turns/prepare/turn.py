@@ -14,24 +14,24 @@ from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.storage.verified_histories import VerifiedHistories
-from agentic_api.turns.approvals import PendingApproval, resolve_approvals
-from agentic_api.turns.commit_steps import CommitStep, EventLog
-from agentic_api.turns.connection_histories import ConnectionHistories
-from agentic_api.turns.conversation import ConversationState, load_conversation
-from agentic_api.turns.errors import (
+from agentic_api.turns.data.commit_steps import CommitStep, EventLog
+from agentic_api.turns.data.token_plan import TokenPlan
+from agentic_api.turns.prepare.approvals import PendingApproval, resolve_approvals
+from agentic_api.turns.prepare.connection_histories import ConnectionHistories
+from agentic_api.turns.prepare.conversation import ConversationState, load_conversation
+from agentic_api.turns.prepare.errors import (
     previous_response_not_continuable,
     previous_response_not_found,
 )
-from agentic_api.turns.history import load_history
-from agentic_api.turns.render import (
+from agentic_api.turns.prepare.history import load_history
+from agentic_api.turns.prepare.render import (
     AgenticContext,
     add_agentic_context,
     render_body,
     upstream_fields,
     upstream_headers,
 )
-from agentic_api.turns.summary_request import requests_compaction, summary_body
-from agentic_api.turns.token_plan import TokenPlan
+from agentic_api.turns.prepare.summary_request import requests_compaction, summary_body
 from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest

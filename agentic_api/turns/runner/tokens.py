@@ -33,11 +33,11 @@ from agentic_api.metrics import record_token_account
 from agentic_api.services import Services
 from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
-from agentic_api.turns.history import salt_identity
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.relay import StreamRelay
-from agentic_api.turns.render import streams_upstream
-from agentic_api.turns.token_plan import TOKEN_IDS_FIELD, TokenPlan, TokenRecord
+from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD, TokenPlan, TokenRecord
+from agentic_api.turns.prepare.history import salt_identity
+from agentic_api.turns.prepare.render import streams_upstream
+from agentic_api.turns.prepare.turn import PreparedTurn
+from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens
 from agentic_api.wire.items import Item
 from lineage import FingerprintChange, canonical_json, prefix_digest

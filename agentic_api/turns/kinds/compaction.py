@@ -30,11 +30,11 @@ from typing import Any
 from agentic_api.errors import UpstreamError
 from agentic_api.log import get_logger
 from agentic_api.services import Services
-from agentic_api.turns.finish import complete_turn, fail_turn
-from agentic_api.turns.in_progress import TurnInProgress
-from agentic_api.turns.prepare import Caller, prepare_turn
-from agentic_api.turns.round import upstream_round
-from agentic_api.turns.summary_request import COMPACTION_TRIGGER, summary_text
+from agentic_api.turns.prepare.summary_request import COMPACTION_TRIGGER, summary_text
+from agentic_api.turns.prepare.turn import Caller, prepare_turn
+from agentic_api.turns.runner.finish import complete_turn, fail_turn
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.round import upstream_round
 from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import normalize_usage

@@ -41,18 +41,18 @@ from agentic_api.mcp.client import CallOutcome, McpLimits
 from agentic_api.mcp.specs import is_mcp
 from agentic_api.mcp.toolbox import McpToolbox, check_hosts
 from agentic_api.settings import Settings
-from agentic_api.turns.finish import complete_turn
-from agentic_api.turns.in_progress import TurnInProgress
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.render import (
+from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD
+from agentic_api.turns.kinds.tool_events import GatewayEvents
+from agentic_api.turns.prepare.render import (
     add_agentic_context,
     agentic_context_of,
     render_body,
     upstream_fields,
 )
-from agentic_api.turns.round import upstream_round
-from agentic_api.turns.token_plan import TOKEN_IDS_FIELD
-from agentic_api.turns.tool_events import GatewayEvents
+from agentic_api.turns.prepare.turn import PreparedTurn
+from agentic_api.turns.runner.finish import complete_turn
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.round import upstream_round
 from agentic_api.wire import mcp as wire
 from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.response_object import add_usage, empty_usage, normalize_usage

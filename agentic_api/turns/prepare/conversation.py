@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentic_api.storage.conversations import ConversationRepository, NewConversationItem
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
-from agentic_api.turns.errors import conversation_conflict, conversation_not_found
-from agentic_api.turns.history import conversation_history
+from agentic_api.turns.prepare.errors import conversation_conflict, conversation_not_found
+from agentic_api.turns.prepare.history import conversation_history
 from agentic_api.wire.items import Item
 
 

@@ -24,9 +24,9 @@ from typing import Any
 import orjson
 
 from agentic_api.errors import ApiError, UpstreamError
-from agentic_api.turns.finish import fail_turn
-from agentic_api.turns.in_progress import TurnInProgress
-from agentic_api.turns.relay import StreamRelay
+from agentic_api.turns.runner.finish import fail_turn
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.upstream.sse import SseEvent
 from agentic_api.wire.upstream_answer import EventCheck, final_problem

@@ -25,7 +25,7 @@ import orjson
 from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.log import get_logger
 from agentic_api.services import Services
-from agentic_api.turns.prepare import Caller, prepare_turn
+from agentic_api.turns.prepare.turn import Caller, prepare_turn
 from agentic_api.wire.requests import CreateResponseRequest
 
 log = get_logger("agentic_api.turns.input_tokens")

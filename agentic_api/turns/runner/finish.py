@@ -12,11 +12,11 @@ from agentic_api.errors import ApiError, Conflict, NotFound
 from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.storage.errors import nothing_written
-from agentic_api.turns.commit import commit_turn
-from agentic_api.turns.in_progress import TurnInProgress
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.token_plan import TokenRecord
-from agentic_api.turns.tokens import after_commit, cancel_parent_read, settle_tokens
+from agentic_api.turns.data.token_plan import TokenRecord
+from agentic_api.turns.prepare.turn import PreparedTurn
+from agentic_api.turns.runner.commit import commit_turn
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.tokens import after_commit, cancel_parent_read, settle_tokens
 from agentic_api.wire.events import error_event, stamped, terminal_event
 from agentic_api.wire.items import Item
 from agentic_api.wire.response_object import finish_response, response_error
