@@ -1,7 +1,7 @@
 """A WebSocket turn (``response.create`` on a lane), from its parsed request to what the
 connection sends, and what the connection keeps of it.
 
-Each lane keeps its latest response's whole history (``turns/connection_histories.py``)
+Each lane keeps its latest response's whole history (``turns/prepare/connection_histories.py``)
 so that ``store: false`` chains continue within the connection: a turn that completes
 replaces it; one that fails, or that cannot be prepared, forgets the response it
 continued (its history is no longer what the client's next turn would build on).
@@ -14,9 +14,10 @@ from typing import Any
 
 from agentic_api.errors import ApiError
 from agentic_api.services import Services
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.prepare.connection_histories import ConnectionHistories, lane_history_after
-from agentic_api.turns.prepare.render import agentic_context_of
-from agentic_api.turns.prepare.turn import Caller, PreparedTurn, prepare_turn
+from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.run import TurnFailed, run_without_model
 from agentic_api.turns.stream import TurnStream, open_stream
 from agentic_api.wire.requests import CreateResponseRequest
@@ -28,13 +29,13 @@ class SocketTurn:
     """A lane's turn under way: read ``stream`` to its end, then ``settle``."""
 
     stream: TurnStream
-    turn: PreparedTurn
     histories: ConnectionHistories
     lane: str
 
     async def settle(self) -> None:
         """Waits for the turn's end and keeps what the lane continues from."""
-        turn = self.turn
+        # The turn as it was sent (its fingerprint bound to the upstream's tokenizer).
+        turn = self.stream.run.turn
         try:
             final = await self.stream.result()
         except (TurnFailed, ApiError):
@@ -42,7 +43,7 @@ class SocketTurn:
             return
         if final["status"] in CONTINUABLE_STATUSES:
             # What the model saw, which differs from the client's output when tools ran.
-            seen = turn.model_output
+            seen = self.stream.run.model_output
             output = final["output"] if seen is None else [item.as_dict() for item in seen]
             _remember(self.histories, self.lane, turn, output)
 
@@ -59,15 +60,7 @@ async def start_socket_turn(
     """The turn, its upstream request accepted; or with ``generate: false`` the events
     of the turn recorded without the model (already kept for the lane)."""
     try:
-        turn = await prepare_turn(
-            services.db,
-            caller,
-            request,
-            histories=services.histories,
-            local=histories,
-            tags=services.session_tags,
-            agentic_context=agentic_context_of(services.settings),
-        )
+        turn = await prepare_turn(services, caller, request, local=histories)
     except ApiError:
         _forget_parent(histories, request)
         raise
@@ -75,7 +68,7 @@ async def start_socket_turn(
         events = await run_without_model(services, turn)
         _remember(histories, lane, turn, [])
         return events
-    return SocketTurn(await open_stream(services, turn), turn, histories, lane)
+    return SocketTurn(await open_stream(services, turn), histories, lane)
 
 
 def _forget_parent(histories: ConnectionHistories, request: CreateResponseRequest) -> None:

@@ -5,28 +5,27 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.errors import InvalidRequest
 from agentic_api.mcp.specs import McpServer, has_secrets, parse_servers, redact_tools
+from agentic_api.services import Services
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.storage.verified_histories import VerifiedHistories
-from agentic_api.turns.data.commit_steps import CommitStep, EventLog
-from agentic_api.turns.data.token_plan import TokenPlan
-from agentic_api.turns.prepare.approvals import PendingApproval, resolve_approvals
+from agentic_api.turns.data.caller import Caller, Reservation
+from agentic_api.turns.data.prepared import CONTINUABLE, ConversationState, PreparedTurn
+from agentic_api.turns.prepare.approvals import resolve_approvals
 from agentic_api.turns.prepare.connection_histories import ConnectionHistories
-from agentic_api.turns.prepare.conversation import ConversationState, load_conversation
+from agentic_api.turns.prepare.conversation import load_conversation
 from agentic_api.turns.prepare.errors import (
     previous_response_not_continuable,
     previous_response_not_found,
 )
 from agentic_api.turns.prepare.history import load_history
 from agentic_api.turns.prepare.render import (
-    AgenticContext,
     add_agentic_context,
+    agentic_context_of,
     render_body,
     upstream_fields,
     upstream_headers,
@@ -36,167 +35,37 @@ from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import base_response
-from agentic_api.wire.status import CONTINUABLE_STATUSES
 from lineage import (
     CONTENT_SESSION_ITEMS,
     ExecutionFingerprint,
-    FingerprintChange,
     IdKind,
     ParentLineage,
-    ResponseLineage,
     mint_id,
     resolve_lineage,
 )
 
-CONTINUABLE = CONTINUABLE_STATUSES
-
-
-@dataclass(frozen=True)
-class Caller:
-    """The authenticated tenant, as the turn pipeline needs it."""
-
-    tenant_id: str
-    salt_epoch: int
-    cache_salt: str = field(repr=False)
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """A turn whose identity was fixed earlier: a background job, enqueued (response id,
-    creation time, input items with their ids and bytes) by the request that made it and
-    prepared again when a worker runs it. Its row exists; the commit completes it."""
-
-    response_id: str
-    created_at: int
-    new_input: list[Item]
-
-
-@dataclass
-class PreparedTurn:
-    caller: Caller
-    request: CreateResponseRequest
-    response_id: str
-    created_at: int
-    lineage: ResponseLineage
-    # The turn this one continues: the previous response, or in a conversation its head.
-    parent: Response | None
-    history: list[Item]
-    new_input: list[Item]
-    fingerprint: ExecutionFingerprint
-    fingerprint_changes: list[FingerprintChange]
-    base: dict[str, Any]
-    body: bytes
-    headers: dict[str, str]
-    conversation: ConversationState | None = None
-    # The verified digest of ``history`` under the parent's model and salt epoch, when the
-    # history is exactly the parent's: the commit extends it instead of rehashing it all.
-    history_digest: str | None = None
-    reservation: Reservation | None = None
-    # Set by whoever runs the turn: work that commits with it, and where its events
-    # are already being stored (see turns/commit_steps.py).
-    commit_steps: list[CommitStep] = field(default_factory=list)
-    event_log: EventLog | None = None
-    # The request's MCP servers, with their secrets (which ``request`` no longer holds).
-    mcp_servers: list[McpServer] = field(default_factory=list, repr=False)
-    # Answers in the input to approval requests of earlier turns.
-    approvals: list[PendingApproval] = field(default_factory=list)
-    # Set when the turn completes: its output as the model saw it (what is stored and
-    # replayed), which for a turn that ran tools differs from the client's ``output``.
-    model_output: list[Item] | None = None
-    # The input ends with a ``compaction_trigger``: the model summarizes the history and
-    # the turn's output is one ``compaction`` item (turns/compaction.py).
-    compacts: bool = False
-    # How its upstream requests name the session for the replicas' KV events.
-    tags: SessionTags = field(default_factory=SessionTags)
-    # Set by the runner when the upstream reports token ids (turns/tokens.py).
-    tokens: TokenPlan | None = None
-
-    @property
-    def runs_tools(self) -> bool:
-        """Whether the gateway runs tools in this turn (so it may take several rounds)."""
-        return bool(self.mcp_servers or self.approvals)
-
-    @property
-    def records_events(self) -> bool:
-        """Whether the turn's event stream is stored (to be replayed or followed)."""
-        return self.request.store and (self.request.stream or self.request.background)
-
-    @property
-    def prompt_items(self) -> list[Item]:
-        return [*self.history, *self.new_input]
-
-    @property
-    def conversation_id(self) -> str | None:
-        return None if self.conversation is None else self.conversation.id
-
 
 async def prepare_turn(
-    db: Database,
+    services: Services,
     caller: Caller,
     request: CreateResponseRequest,
     *,
-    histories: VerifiedHistories,
     local: ConnectionHistories | None = None,
     reservation: Reservation | None = None,
-    tags: SessionTags | None = None,
-    agentic_context: AgenticContext | None = None,
 ) -> PreparedTurn:
-    """``histories``: this process's verified histories, consulted before the items in
-    storage. ``local``: a WebSocket connection's own histories, consulted before both.
+    """``local``: a WebSocket connection's own histories, consulted before this process's
+    verified histories (``services.histories``) and both before the items in storage.
     ``reservation``: the id, creation time and input a background job was enqueued with.
-    ``agentic_context``: the router's program-scheduling hints to send, when configured."""
-    mcp_servers = parse_servers(request.tools)
-    if mcp_servers:
-        if request.background and has_secrets(request.tools):
-            raise InvalidRequest(
-                "MCP 'headers' and 'authorization' are never stored, and a background "
-                "response runs from its stored request; run it in the foreground.",
-                param="background",
-                code="mcp_secrets_in_background",
-            )
-        # From here on the request (echoed, stored, fingerprinted) holds no secret.
-        request = request.model_copy(update={"tools": redact_tools(request.tools)})
+    The upstream request carries the session tags and (when configured) the router's
+    program-scheduling hints that ``services`` holds."""
+    request, mcp_servers = _without_secrets(request)
     if reservation is not None:
         response_id, new_input = reservation.response_id, list(reservation.new_input)
     else:
         response_id = mint_id(IdKind.RESPONSE)
         new_input = [to_item(v) for v in normalize_input(request.input, assign_ids=request.store)]
-    parent: Response | None = None
-    history: list[Item] = []
-    conversation: ConversationState | None = None
-    parent_link: ParentLineage | None = None
-    history_digest: str | None = None
-    parent_fingerprint: ExecutionFingerprint | None = None
-    if request.conversation_id is not None:
-        context = await load_conversation(db, caller.tenant_id, request.conversation_id)
-        conversation, history, parent = context.state, context.history, context.head
-        if request.store:
-            taken = {item.id for item in history}
-            check_unique_ids(new_input, param="input", taken=taken)
-    elif request.previous_response_id is not None and (
-        checkpoint := local.get(request.previous_response_id) if local else None
-    ):
-        if request.store and not checkpoint.stored:
-            raise InvalidRequest(
-                f"Response '{checkpoint.response_id}' was not stored, so a stored response "
-                "cannot continue it; send store: false or resend the history.",
-                param="store",
-                code="previous_response_not_stored",
-            )
-        history = list(checkpoint.items)
-        parent_link = ParentLineage(checkpoint.response_id, checkpoint.session_id, checkpoint.depth)
-        parent_fingerprint = checkpoint.fingerprint
-    elif request.previous_response_id is not None:
-        parent = await db.turns.checkpoint(caller.tenant_id, request.previous_response_id)
-        if parent is None or not parent.store:
-            raise previous_response_not_found(request.previous_response_id)
-        if parent.status not in CONTINUABLE:
-            raise previous_response_not_continuable(parent.id, parent.status)
-        history = await _parent_history(db, parent, histories)
-        history_digest = parent.prefix_digest
-    if parent is not None:
-        parent_link = ParentLineage(parent.id, parent.session_id, parent.depth)
-        parent_fingerprint = ExecutionFingerprint.from_dict(parent.fingerprint)
+    continued = await _continued(services, caller, request, new_input, local)
+    history, parent = continued.history, continued.parent
     check_tool_outputs(history, new_input)
     approvals = resolve_approvals(history, new_input)
     compacts = requests_compaction(new_input)
@@ -212,7 +81,7 @@ async def prepare_turn(
         tenant_id=caller.tenant_id,
         response_id=response_id,
         conversation_id=request.conversation_id,
-        parent=parent_link,
+        parent=continued.link,
         prompt_cache_key=request.prompt_cache_key,
         first_items=[item.data for item in (history or new_input)[:CONTENT_SESSION_ITEMS]],
     )
@@ -227,13 +96,14 @@ async def prepare_turn(
         truncation=request.truncation,
         salt_epoch=caller.salt_epoch,
     )
+    parent_fingerprint = continued.fingerprint
     changes = fingerprint.diff(parent_fingerprint) if parent_fingerprint else []
     created_at = reservation.created_at if reservation else int(time.time())
-    tags = tags or SessionTags()
+    tags = services.session_tags
     fields = upstream_fields(
         request, cache_salt=caller.cache_salt, session_id=lineage.session_id, tags=tags
     )
-    add_agentic_context(fields, lineage, request, agentic_context)
+    add_agentic_context(fields, lineage, request, agentic_context_of(services.settings))
     prompt = [*history, *new_input]
     return PreparedTurn(
         caller=caller,
@@ -258,13 +128,104 @@ async def prepare_turn(
             else render_body(fields, prompt)
         ),
         headers=upstream_headers(lineage),
-        conversation=conversation,
-        history_digest=history_digest,
+        conversation=continued.conversation,
+        history_digest=continued.history_digest,
         reservation=reservation,
         mcp_servers=mcp_servers,
         approvals=approvals,
         compacts=compacts,
         tags=tags,
+    )
+
+
+def _without_secrets(
+    request: CreateResponseRequest,
+) -> tuple[CreateResponseRequest, list[McpServer]]:
+    """The request's MCP servers (secrets included) and the request without the secrets,
+    which is what is echoed, stored and fingerprinted from here on."""
+    mcp_servers = parse_servers(request.tools)
+    if not mcp_servers:
+        return request, mcp_servers
+    if request.background and has_secrets(request.tools):
+        raise InvalidRequest(
+            "MCP 'headers' and 'authorization' are never stored, and a background "
+            "response runs from its stored request; run it in the foreground.",
+            param="background",
+            code="mcp_secrets_in_background",
+        )
+    return request.model_copy(update={"tools": redact_tools(request.tools)}), mcp_servers
+
+
+@dataclass(frozen=True)
+class _Continued:
+    """What the turn continues: its history and, when there is one, its parent."""
+
+    history: list[Item] = field(default_factory=list)
+    # The stored turn continued (previous response, or a conversation's head).
+    parent: Response | None = None
+    conversation: ConversationState | None = None
+    link: ParentLineage | None = None
+    fingerprint: ExecutionFingerprint | None = None
+    history_digest: str | None = None
+
+
+async def _continued(
+    services: Services,
+    caller: Caller,
+    request: CreateResponseRequest,
+    new_input: list[Item],
+    local: ConnectionHistories | None,
+) -> _Continued:
+    """The conversation's items and head, a connection's own checkpoint, or the previous
+    response's verified history; nothing for a chain's first turn."""
+    db = services.db
+    if request.conversation_id is not None:
+        context = await load_conversation(db, caller.tenant_id, request.conversation_id)
+        if request.store:
+            taken = {item.id for item in context.history}
+            check_unique_ids(new_input, param="input", taken=taken)
+        return _from_parent(context.history, context.head, conversation=context.state)
+    if request.previous_response_id is None:
+        return _Continued()
+    checkpoint = local.get(request.previous_response_id) if local else None
+    if checkpoint is not None:
+        if request.store and not checkpoint.stored:
+            raise InvalidRequest(
+                f"Response '{checkpoint.response_id}' was not stored, so a stored response "
+                "cannot continue it; send store: false or resend the history.",
+                param="store",
+                code="previous_response_not_stored",
+            )
+        return _Continued(
+            history=list(checkpoint.items),
+            link=ParentLineage(checkpoint.response_id, checkpoint.session_id, checkpoint.depth),
+            fingerprint=checkpoint.fingerprint,
+        )
+    parent = await db.turns.checkpoint(caller.tenant_id, request.previous_response_id)
+    if parent is None or not parent.store:
+        raise previous_response_not_found(request.previous_response_id)
+    if parent.status not in CONTINUABLE:
+        raise previous_response_not_continuable(parent.id, parent.status)
+    history = await _parent_history(db, parent, services.histories)
+    return _from_parent(history, parent, history_digest=parent.prefix_digest)
+
+
+def _from_parent(
+    history: list[Item],
+    parent: Response | None,
+    *,
+    conversation: ConversationState | None = None,
+    history_digest: str | None = None,
+) -> _Continued:
+    if parent is None:
+        return _Continued(history=history, conversation=conversation)
+    return _Continued(
+        history=history,
+        parent=parent,
+        conversation=conversation,
+        link=ParentLineage(parent.id, parent.session_id, parent.depth),
+        fingerprint=ExecutionFingerprint.from_dict(parent.fingerprint),
+        history_digest=history_digest,
     )
 
 
