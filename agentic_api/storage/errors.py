@@ -65,7 +65,7 @@ class DatabaseUnavailable(ApiError):
     """The connection to the database was lost or could not be made (a server restart, a
     terminated backend, a network failure): nothing this request asked was done unless
     the caller proves otherwise (a commit in flight may have landed; see
-    ``turns/commit_readback.py``)."""
+    ``turns/runner/commit_readback.py``)."""
 
     status_code = 503
     error_type = "server_error"

@@ -23,7 +23,7 @@ from agentic_api.serving.results import Replayed
 from agentic_api.storage.conversations import ConversationRepository, StoredConversationItem
 from agentic_api.storage.models import Conversation
 from agentic_api.storage.types import to_unix
-from agentic_api.turns.errors import conversation_not_found
+from agentic_api.turns.prepare.errors import conversation_not_found
 from agentic_api.wire.conversations import (
     AddItemsRequest,
     ConversationDeleted,

@@ -11,8 +11,8 @@ import orjson
 from fastapi import APIRouter, Depends, Request
 
 from agentic_api.http.auth import TenantContext, require_tenant, services_of
-from agentic_api.turns.input_tokens import count_input_tokens
-from agentic_api.turns.prepare import Caller
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.kinds.input_tokens import count_input_tokens
 from agentic_api.wire.requests import (
     CreateResponseRequest,
     parse_create_request,

@@ -23,9 +23,9 @@ from agentic_api.http.auth import (
     services_of,
 )
 from agentic_api.http.sse import SSE_HEADERS
+from agentic_api.messages.turn import PreparedMessage, count_message_tokens, prepare_message
 from agentic_api.serving.messages import answer_message
-from agentic_api.turns.messages import PreparedMessage, count_message_tokens, prepare_message
-from agentic_api.turns.prepare import Caller
+from agentic_api.turns.data.caller import Caller
 from agentic_api.wire.anthropic import (
     BETA_HEADER,
     CLIENT_SESSION_HEADER,

@@ -19,8 +19,8 @@ from agentic_api.http.sse import from_followed, from_list, from_stored, from_tur
 from agentic_api.serving import create
 from agentic_api.serving.results import Final, Queued, Streaming
 from agentic_api.storage.responses import ResponseRepository
-from agentic_api.turns.prepare import Caller
-from agentic_api.turns.rebuilt_events import rebuild_events
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.runner.rebuilt_events import rebuild_events
 from agentic_api.wire.limits import MAX_INTEGER, MAX_LIST_LIMIT
 from agentic_api.wire.listing import present_item
 from agentic_api.wire.requests import CreateResponseRequest, parse_create_request

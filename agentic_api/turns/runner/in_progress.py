@@ -1,36 +1,63 @@
-"""A turn under way: what every part of running it shares, in one object.
+"""A turn under way: what every part of running it shares, in one object, and
+everything written while it runs (the prepared turn itself never changes).
 
-``run_turn`` builds it; the plain turn, the tool loop and compaction run their upstream
-rounds through it (``turns/round.py``) and end through ``turns/finish.py``. It also holds
-the two facts the failure rule reads: whether the client's stream has started, and
-whether the turn has done anything (an answered round, a tool run). Until one of them is
-true, an upstream refusal is the request's plain error and nothing is stored; after,
-every failure is stored.
+``turns/run.py`` builds it; the plain turn, the tool loop and compaction run their
+upstream rounds through it (``turns/runner/round.py``) and it ends through
+``turns/runner/finish.py``. It holds the token plan, the commit's hooks, what the model
+saw (set when the turn completes), what the turn holds open until it has ended, and the
+two facts the failure rule reads: whether the client's stream has started, and whether
+the turn has done anything (an answered round, a tool run). Until one of them is true,
+an upstream refusal is the request's plain error and nothing is stored; after, every
+failure is stored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 import orjson
 
 from agentic_api.metrics import TurnMeter
 from agentic_api.services import Services
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.relay import StreamRelay
-from agentic_api.turns.render import streams_upstream
+from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.data.token_plan import TokenPlan
+from agentic_api.turns.prepare.render import streams_upstream
+from agentic_api.turns.runner.channel import TurnChannel
+from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.wire.items import Item
 from agentic_api.wire.response_object import open_sampling
 
 Emit = Callable[[dict[str, Any]], None]
 
 
 class TurnInProgress:
-    def __init__(self, services: Services, turn: PreparedTurn, channel: TurnChannel | None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        turn: PreparedTurn,
+        channel: TurnChannel | None,
+        *,
+        hooks: CommitHooks = NO_HOOKS,
+        tokens: TokenPlan | None = None,
+    ) -> None:
         self.services = services
         self.turn = turn
         self.channel = channel
+        # Set by whoever runs the turn: work that commits with it, and where its events
+        # are already being stored (turns/data/commit_steps.py).
+        self.hooks = hooks
+        # What the turn does about its token ids, when the upstream reports them
+        # (turns/runner/tokens.py).
+        self.tokens = tokens
+        # Set when the turn completes: its output as the model saw it (what is stored and
+        # replayed), which for a turn that ran tools differs from the client's ``output``.
+        self.model_output: list[Item] | None = None
+        # What the turn holds open until it has ended (the tool loop's MCP sessions), so
+        # that closing them never delays the terminal event.
+        self.held = AsyncExitStack()
         self.relay = StreamRelay(turn.base, open_sampling(turn.request))
         self.streaming = streams_upstream(turn.request)
         self.meter = TurnMeter(

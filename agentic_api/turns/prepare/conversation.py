@@ -19,18 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentic_api.storage.conversations import ConversationRepository, NewConversationItem
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
-from agentic_api.turns.errors import conversation_conflict, conversation_not_found
-from agentic_api.turns.history import conversation_history
+from agentic_api.turns.data.prepared import ConversationState
+from agentic_api.turns.prepare.errors import conversation_conflict, conversation_not_found
+from agentic_api.turns.prepare.history import conversation_history
 from agentic_api.wire.items import Item
-
-
-@dataclass(frozen=True)
-class ConversationState:
-    """The conversation as the turn read it; the commit succeeds only if still current."""
-
-    id: str
-    version: int
-    next_position: int
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,10 @@ from typing import Any
 import orjson
 
 from agentic_api.errors import ApiError, UpstreamError
+from agentic_api.messages.outcome import MessageOutcome, settle
+from agentic_api.messages.turn import PreparedMessage
 from agentic_api.metrics import TurnMeter
 from agentic_api.services import Services
-from agentic_api.turns.message_outcome import MessageOutcome, settle
-from agentic_api.turns.messages import PreparedMessage
 from agentic_api.upstream.sse import frame_sse
 from agentic_api.wire.anthropic import error_body
 

@@ -1,8 +1,9 @@
 """One upstream round: a request to the model server, its answer checked, and the one
 rule for how it fails.
 
-Every turn's rounds run here: the plain turn's one round, each round of the tool loop
-(``turns/tool_loop.py``) and compaction's summary request (``turns/compaction.py``).
+Every turn's rounds run here: the plain turn's one round (``turns/kinds/plain.py``), each
+round of the tool loop (``turns/kinds/tool_loop.py``) and compaction's summary request
+(``turns/kinds/compaction.py``).
 A round is streamed (its events relayed as they come) when someone consumes events as
 they come, else one JSON call. The rule:
 
@@ -11,9 +12,9 @@ they come, else one JSON call. The rule:
   (4xx keep their status, connect errors 502, timeouts 504), and nothing is stored;
 - any failure after that: a stream that breaks or ends early, an answer lost on its way
   back (``UpstreamInterrupted``: the model ran), a malformed answer
-  (``wire/upstream_answer.py``), a model that reports a failure: the turn is stored as
-  failed and the stream ends with ``error`` + ``response.failed`` (``fail_turn``, which
-  raises ``TurnFailed``).
+  (``wire/upstream_answer.py``), a model that reports a failure: the round returns the
+  failure, which its kind of turn hands on to ``turns/runner/finish.py:end_turn``: the
+  turn is stored as failed and the stream ends with ``error`` + ``response.failed``.
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from typing import Any
 import orjson
 
 from agentic_api.errors import ApiError, UpstreamError
-from agentic_api.turns.finish import fail_turn
-from agentic_api.turns.in_progress import TurnInProgress
-from agentic_api.turns.relay import StreamRelay
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.upstream.sse import SseEvent
 from agentic_api.wire.upstream_answer import EventCheck, final_problem
@@ -34,10 +34,11 @@ from agentic_api.wire.upstream_answer import EventCheck, final_problem
 
 async def upstream_round(
     run: TurnInProgress, body: bytes, on_event: Callable[[dict[str, Any]], None]
-) -> None:
-    """Sends ``body`` and returns once the round's answer is whole and well formed; the
-    relay then holds its final object. ``on_event`` gets each streamed event (it relays
-    what the client should see). Raises the refusal, or ``TurnFailed`` (see the module)."""
+) -> ApiError | None:
+    """Sends ``body`` and returns once the round's answer is whole: None when it is well
+    formed (the relay then holds its final object), else the failure to store. ``on_event``
+    gets each streamed event (it relays what the client should see). Raises the refusal
+    (see the module)."""
     relay = run.relay
     upstream = run.services.upstream
     headers = run.turn.headers
@@ -67,10 +68,7 @@ async def upstream_round(
                 raise
             failure = exc
     run.worked = True
-    if failure is None:
-        failure = upstream_outcome_error(relay)
-    if failure is not None:
-        await fail_turn(run, failure)
+    return failure if failure is not None else upstream_outcome_error(relay)
 
 
 async def pump(

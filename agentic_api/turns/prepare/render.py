@@ -55,7 +55,7 @@ def upstream_fields(
             fields[name] = value
     fields.update(request.passthrough())
     if any(is_mcp(tool) for tool in fields.get("tools") or ()):
-        # MCP servers are the gateway's to call (turns/tool_loop.py presents their
+        # MCP servers are the gateway's to call (turns/kinds/tool_loop.py presents their
         # tools as functions); a model server that knows MCP must never call them.
         fields["tools"] = [tool for tool in fields["tools"] if not is_mcp(tool)]
     # Ours to decide, whatever the client sent: the upstream keeps nothing, streams to

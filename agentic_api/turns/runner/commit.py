@@ -16,10 +16,11 @@ from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.responses import NewItem, ResponseRepository
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.storage.verified_histories import VerifiedHistories
-from agentic_api.turns.conversation import append_turn
-from agentic_api.turns.history import salt_identity
-from agentic_api.turns.prepare import CONTINUABLE, PreparedTurn
-from agentic_api.turns.token_plan import TokenRecord
+from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
+from agentic_api.turns.data.prepared import CONTINUABLE, PreparedTurn
+from agentic_api.turns.data.token_plan import TokenRecord
+from agentic_api.turns.prepare.conversation import append_turn
+from agentic_api.turns.prepare.history import salt_identity
 from agentic_api.wire.items import Item
 from lineage import extend_digest, prefix_digest
 
@@ -102,12 +103,14 @@ async def commit_turn(
     events: Sequence[dict[str, Any]] | None,
     *,
     histories: VerifiedHistories,
+    hooks: CommitHooks = NO_HOOKS,
     tokens: TokenRecord | None = None,
     failure: dict[str, Any] | None = None,
     serialized: Mapping[int, bytes] | None = None,
 ) -> None:
     """Stores the turn; once committed, its history is kept in ``histories``.
-    ``tokens``: its token artifact and reuse account (turns/tokens.py), stored with it.
+    ``hooks``: what whoever runs the turn attached to its commit (turns/data/commit_steps.py).
+    ``tokens``: its token artifact and reuse account (turns/runner/tokens.py), stored with it.
     ``serialized``: the JSON the turn's events were published with, by ``id``.
     ``failure``: for a failed turn, our error as the client got it (its own code, e.g.
     ``commit_failed``), kept in the row's ``error`` so a keyed retry answers the same
@@ -120,21 +123,21 @@ async def commit_turn(
     if tokens is not None:
         row.token_account = tokens.account.to_dict()
         artifact = tokens.artifact
-    if events and turn.event_log is not None:
-        events = await turn.event_log.unsaved(events)
-    # The JSON each event was published with (turns/in_progress.py), by id; an event
+    if events and hooks.event_log is not None:
+        events = await hooks.event_log.unsaved(events)
+    # The JSON each event was published with (turns/runner/in_progress.py), by id; an event
     # never published yet (the terminal one, committed before it is sent) is serialized here.
     known = serialized or {}
     stored_events = [
         (e["sequence_number"], (known.get(id(e)) or orjson.dumps(e)).decode()) for e in events or ()
     ]
     touches_only_itself = (
-        row.conversation_position is None and turn.reservation is None and not turn.commit_steps
+        row.conversation_position is None and turn.reservation is None and not hooks.steps
     )
     if touches_only_itself:
         await db.turns.insert(row, items, stored_events, artifact)
     else:
-        await _commit_with_the_rest(db, turn, row, items, stored_events, artifact)
+        await _commit_with_the_rest(db, turn, hooks, row, items, stored_events, artifact)
     if row.prefix_digest is not None:
         histories.keep(row.id, digest=row.prefix_digest, session_id=row.session_id, items=visible)
 
@@ -142,6 +145,7 @@ async def commit_turn(
 async def _commit_with_the_rest(
     db: Database,
     turn: PreparedTurn,
+    hooks: CommitHooks,
     row: Response,
     items: Sequence[NewItem],
     events: Sequence[tuple[int, str]],
@@ -169,5 +173,5 @@ async def _commit_with_the_rest(
         await repo.add_events(row.id, events)
         if artifact is not None:
             await TokenArtifactRepository(session).insert(artifact)
-        for step in turn.commit_steps:
+        for step in hooks.steps:
             await step(session, row)

@@ -1,6 +1,6 @@
 """Compaction: the model summarizes a history into one ``compaction`` item.
 
-Two ways in, one request upstream (``turns/summary_request.py``: the history as the
+Two ways in, one request upstream (``turns/prepare/summary_request.py``: the history as the
 continuation would send it, then a question asking for the summary):
 
 - inline: a ``compaction_trigger`` as the last input item of ``POST /v1/responses``
@@ -15,7 +15,7 @@ continuation would send it, then a question asking for the summary):
 
 The item carries the model's summary verbatim in ``encrypted_content`` (the field
 clients replay untouched; ours is not encrypted, only opaque to clients). When a later
-request carries it, ``turns/render.py`` shows it to the model as a fixed message holding
+request carries it, ``turns/prepare/render.py`` shows it to the model as a fixed message holding
 that summary (``wire/summary.py``), the same bytes every turn, so the compacted window
 that follows is a stable prefix: its first turn reuses what it shares with the summary
 request (instructions, tools, the leading messages), every later one the whole window
@@ -30,11 +30,12 @@ from typing import Any
 from agentic_api.errors import UpstreamError
 from agentic_api.log import get_logger
 from agentic_api.services import Services
-from agentic_api.turns.finish import complete_turn, fail_turn
-from agentic_api.turns.in_progress import TurnInProgress
-from agentic_api.turns.prepare import Caller, prepare_turn
-from agentic_api.turns.round import upstream_round
-from agentic_api.turns.summary_request import COMPACTION_TRIGGER, summary_text
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.prepare.summary_request import COMPACTION_TRIGGER, summary_text
+from agentic_api.turns.prepare.turn import prepare_turn
+from agentic_api.turns.runner.finish import Completion, Ending
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.round import upstream_round
 from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import normalize_usage
@@ -114,7 +115,7 @@ class _Progress:
         )
 
 
-async def run_compaction_turn(run: TurnInProgress) -> dict[str, Any]:
+async def run_compaction_turn(run: TurnInProgress) -> Ending:
     """A turn asked with a ``compaction_trigger``: one summary request upstream, then the
     turn completes with the ``compaction`` item as its output (what the client sees,
     what is stored and what a continuation replays)."""
@@ -122,21 +123,20 @@ async def run_compaction_turn(run: TurnInProgress) -> dict[str, Any]:
     progress = _Progress(run)
     # The client sees the item announced as soon as the response opens.
     run.after_opening = progress.announce
-    await upstream_round(run, turn.body, progress.upstream_event)
+    failure = await upstream_round(run, turn.body, progress.upstream_event)
+    if failure is not None:
+        return failure
     upstream = run.relay.upstream_final or {}
     summary = summary_text(upstream)
     if not summary:
-        await fail_turn(
-            run, UpstreamError("The model returned no summary to compact the history with.")
-        )
+        return UpstreamError("The model returned no summary to compact the history with.")
     if upstream.get("status") == "incomplete":
         # The summary was cut at its output limit; it is still the summary the model
         # wrote, and the compaction it asked for is done.
         log.warning("compaction summary cut at the output limit", response_id=turn.response_id)
     item = compaction_item(progress.item_id, summary)
     progress.done(item)
-    return await complete_turn(
-        run,
+    return Completion(
         status="completed",
         output=[item],
         model_output=[to_item(item)],
@@ -154,9 +154,7 @@ async def compact(
     trigger = {"type": COMPACTION_TRIGGER}
     given = request.input if isinstance(request.input, list) else _as_items(request.input)
     asked = request.model_copy(update={"input": [*given, trigger], "store": False})
-    turn = await prepare_turn(
-        services.db, caller, asked, histories=services.histories, tags=services.session_tags
-    )
+    turn = await prepare_turn(services, caller, asked)
     answer = await services.upstream.create_response(turn.body, turn.headers)
     summary = summary_text(answer)
     if not summary:

@@ -9,34 +9,12 @@ answer is for: no side table, nothing that could disagree with what the model sa
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from agentic_api.errors import InvalidRequest
+from agentic_api.turns.data.prepared import PendingApproval
 from agentic_api.wire.items import Item
-from agentic_api.wire.mcp import ApprovalResponse, call_item_id_for, parse_approval_response
-
-
-@dataclass(frozen=True)
-class PendingApproval:
-    """A client's answer and the model's call it answers."""
-
-    answer: ApprovalResponse
-    call: dict[str, Any]
-    param: str
-
-    @property
-    def call_id(self) -> str:
-        return str(self.call["call_id"])
-
-    @property
-    def function_name(self) -> str:
-        return str(self.call.get("name", ""))
-
-    @property
-    def arguments(self) -> str:
-        arguments = self.call.get("arguments")
-        return arguments if isinstance(arguments, str) else ""
+from agentic_api.wire.mcp import call_item_id_for, parse_approval_response
 
 
 def resolve_approvals(history: Sequence[Item], new_input: Sequence[Item]) -> list[PendingApproval]:

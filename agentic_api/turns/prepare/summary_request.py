@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentic_api.errors import InvalidRequest
-from agentic_api.turns.render import render_body
+from agentic_api.turns.prepare.render import render_body
 from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.summary import COMPACTION_TRIGGER
 

@@ -25,7 +25,8 @@ import orjson
 from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.log import get_logger
 from agentic_api.services import Services
-from agentic_api.turns.prepare import Caller, prepare_turn
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.wire.requests import CreateResponseRequest
 
 log = get_logger("agentic_api.turns.input_tokens")
@@ -36,7 +37,7 @@ COUNT_OUTPUT_TOKENS = 1
 async def count_input_tokens(
     services: Services, caller: Caller, request: CreateResponseRequest
 ) -> int:
-    turn = await prepare_turn(services.db, caller, request, histories=services.histories)
+    turn = await prepare_turn(services, caller, request)
     body = orjson.loads(turn.body)
     body["stream"] = False
     capabilities = services.tokens.get(request.model)

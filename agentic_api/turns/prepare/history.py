@@ -26,7 +26,7 @@ from agentic_api.log import get_logger
 from agentic_api.storage.conversations import ConversationRepository, StoredConversationItem
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository, StoredItem
-from agentic_api.turns.errors import conversation_history_changed
+from agentic_api.turns.prepare.errors import conversation_history_changed
 from agentic_api.wire.items import Item
 from lineage import IdKind, id_kind, prefix_digest
 

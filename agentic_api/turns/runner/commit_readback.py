@@ -28,7 +28,7 @@ from agentic_api.storage.errors import (
     is_connection_lost,
     is_disk_full,
 )
-from agentic_api.turns.prepare import PreparedTurn
+from agentic_api.turns.data.prepared import PreparedTurn
 
 log = get_logger("agentic_api.turns.commit")
 

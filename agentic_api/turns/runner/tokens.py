@@ -33,11 +33,11 @@ from agentic_api.metrics import record_token_account
 from agentic_api.services import Services
 from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
-from agentic_api.turns.history import salt_identity
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.relay import StreamRelay
-from agentic_api.turns.render import streams_upstream
-from agentic_api.turns.token_plan import TOKEN_IDS_FIELD, TokenPlan, TokenRecord
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD, TokenPlan, TokenRecord
+from agentic_api.turns.prepare.history import salt_identity
+from agentic_api.turns.prepare.render import streams_upstream
+from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens
 from agentic_api.wire.items import Item
 from lineage import FingerprintChange, canonical_json, prefix_digest
@@ -47,39 +47,43 @@ log = get_logger("agentic_api.turns.tokens")
 DECODE_SECONDS = 5.0
 
 
-def attach_tokens(services: Services, turn: PreparedTurn) -> None:
-    """Before the turn is sent: binds its fingerprint to the upstream's tokenizer, and,
-    for a stored turn on an upstream that reports ids, asks for them and starts reading
-    the parent's."""
+def attach_tokens(services: Services, turn: PreparedTurn) -> tuple[PreparedTurn, TokenPlan | None]:
+    """Before the turn is sent: the turn with its fingerprint bound to the upstream's
+    tokenizer and, for a stored turn on an upstream that reports ids, its body asking for
+    them; and then the plan, whose read of the parent's ids has started."""
     capabilities = services.tokens.get(turn.request.model)
     if capabilities is None:
-        return
+        return turn, None
     if capabilities.tokenizer:
-        _bind_tokenizer(turn, capabilities.tokenizer)
+        turn = _bind_tokenizer(turn, capabilities.tokenizer)
     asked = turn.request.store and capabilities.ids_for(streams_upstream(turn.request))
     if not asked:
-        return
+        return turn, None
     plan = TokenPlan(capabilities, services.tokens.block_size(capabilities), asked=True)
     if turn.parent is not None:
         plan.parent = asyncio.get_running_loop().create_task(
             _parent_tokens(services, turn.caller.tenant_id, turn.parent)
         )
-    turn.tokens = plan
     if not turn.runs_tools:
-        # The tool loop renders its own rounds (turns/tool_loop.py adds the field there).
-        turn.body = canonical_json(TOKEN_IDS_FIELD)[:-1] + b"," + turn.body[1:]
+        # The tool loop renders its own rounds (turns/kinds/tool_loop.py adds the field).
+        turn = replace(turn, body=canonical_json(TOKEN_IDS_FIELD)[:-1] + b"," + turn.body[1:])
+    return turn, plan
 
 
-def _bind_tokenizer(turn: PreparedTurn, tokenizer: str) -> None:
-    turn.fingerprint = replace(turn.fingerprint, tokenizer=tokenizer)
+def _bind_tokenizer(turn: PreparedTurn, tokenizer: str) -> PreparedTurn:
+    bound = replace(turn, fingerprint=replace(turn.fingerprint, tokenizer=tokenizer))
     if turn.parent is None:
-        return
+        return bound
     before = turn.parent.fingerprint.get("tokenizer")
     if isinstance(before, str) and before and before != tokenizer:
-        turn.fingerprint_changes = [
-            *turn.fingerprint_changes,
-            FingerprintChange("tokenizer", "the upstream's tokenizer or chat template changed"),
-        ]
+        return replace(
+            bound,
+            fingerprint_changes=[
+                *turn.fingerprint_changes,
+                FingerprintChange("tokenizer", "the upstream's tokenizer or chat template changed"),
+            ],
+        )
+    return bound
 
 
 async def _parent_tokens(
@@ -117,10 +121,13 @@ async def _parent_tokens(
 
 
 async def settle_tokens(
-    services: Services, turn: PreparedTurn, relay: StreamRelay, model_output: Sequence[Item]
+    services: Services,
+    turn: PreparedTurn,
+    plan: TokenPlan | None,
+    relay: StreamRelay,
+    model_output: Sequence[Item],
 ) -> TokenRecord | None:
     """After the model answered, before the commit: the turn's artifact and account."""
-    plan = turn.tokens
     if plan is None:
         return None
     try:
@@ -239,7 +246,9 @@ def _parent_id(turn: PreparedTurn) -> str | None:
     return turn.parent.id if turn.parent is not None else None
 
 
-def after_commit(services: Services, turn: PreparedTurn, record: TokenRecord | None) -> None:
+def after_commit(
+    services: Services, turn: PreparedTurn, plan: TokenPlan | None, record: TokenRecord | None
+) -> None:
     """Once the turn is stored: keep its ids for its continuations, count its account,
     and decode a divergence for people to read (in the background)."""
     if record is None:
@@ -257,7 +266,6 @@ def after_commit(services: Services, turn: PreparedTurn, record: TokenRecord | N
         lost={cause.value: tokens for cause, tokens in made.lost.items()},
     )
     divergence = record.account.divergence
-    plan = turn.tokens
     if divergence is not None and plan is not None and plan.capabilities.detokenize:
         services.spawn(_decode_divergence(services, turn, record.account))
 
@@ -286,9 +294,8 @@ async def _decode_divergence(services: Services, turn: PreparedTurn, made: Token
         log.exception("could not store the decoded divergence", response_id=turn.response_id)
 
 
-def cancel_parent_read(turn: PreparedTurn) -> None:
+def cancel_parent_read(plan: TokenPlan | None) -> None:
     """A turn that ends without a commit no longer needs its parent's ids."""
-    plan = turn.tokens
     if plan is not None and plan.parent is not None and not plan.parent.done():
         plan.parent.cancel()
 

@@ -1,23 +1,24 @@
 """How a turn ends, whichever way it ran (one upstream round or several): the final
 object committed, then the terminal event; or the failure stored, then
-``response.failed``."""
+``response.failed``. Every kind of turn hands its ending (a ``Completion`` or the
+failure) to ``end_turn``, the one place a turn ends either way."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from agentic_api.errors import ApiError, Conflict, NotFound
 from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.storage.errors import nothing_written
-from agentic_api.turns.commit import commit_turn
-from agentic_api.turns.commit_readback import settle_failed_commit
-from agentic_api.turns.in_progress import TurnInProgress
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.token_plan import TokenRecord
-from agentic_api.turns.tokens import after_commit, cancel_parent_read, settle_tokens
+from agentic_api.turns.data.token_plan import TokenRecord
+from agentic_api.turns.runner.commit import commit_turn
+from agentic_api.turns.runner.commit_readback import settle_failed_commit
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.tokens import after_commit, cancel_parent_read, settle_tokens
 from agentic_api.wire.events import error_event, stamped, terminal_event
 from agentic_api.wire.items import Item
 from agentic_api.wire.response_object import finish_response, response_error
@@ -32,6 +33,39 @@ class TurnFailed(Exception):
         super().__init__(error.message)
         self.response = response
         self.error = error
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A turn whose model part succeeded. ``output`` is what the client sees;
+    ``model_output`` what the model saw, which is what is stored and replayed."""
+
+    status: str
+    output: list[dict[str, Any]]
+    model_output: Sequence[Item]
+    usage: dict[str, Any]
+    upstream: dict[str, Any]
+    incomplete_details: dict[str, Any] | None
+
+
+# How a kind of turn ended: completed, or failed after it began (the failure is stored).
+Ending = Completion | ApiError
+
+
+async def end_turn(run: TurnInProgress, ending: Ending) -> dict[str, Any]:
+    """Ends the turn: commits it and sends its terminal event, returning the final
+    object; or stores its failure and raises ``TurnFailed``."""
+    if isinstance(ending, ApiError):
+        await fail_turn(run, ending)
+    return await complete_turn(
+        run,
+        status=ending.status,
+        output=ending.output,
+        model_output=ending.model_output,
+        usage=ending.usage,
+        upstream=ending.upstream,
+        incomplete_details=ending.incomplete_details,
+    )
 
 
 async def complete_turn(
@@ -58,12 +92,12 @@ async def complete_turn(
         incomplete_details=incomplete_details,
     )
     terminal = relay.stamp(terminal_event(final))
-    tokens = await settle_tokens(services, turn, relay, model_output)
+    tokens = await settle_tokens(services, turn, run.tokens, relay, model_output)
     if turn.request.store:
         stored_events = [*run.events, terminal] if turn.records_events else None
         try:
             await _commit_retrying_once(
-                services, turn, final, model_output, stored_events, tokens, run.serialized
+                services, run, final, model_output, stored_events, tokens, run.serialized
             )
         except (Conflict, NotFound) as refused:
             # A typed refusal (a conversation that moved on or was deleted, an
@@ -76,7 +110,7 @@ async def complete_turn(
             raise
         except Exception as exc:
             # The database itself failed (our checks ran before the model did). What the
-            # client is told is what is stored (turns/commit_readback.py): a commit that
+            # client is told is what is stored (turns/runner/commit_readback.py): a commit that
             # landed before the connection went is answered as committed; a refused one
             # is stored as failed, with the Idempotency-Key's outcome, so a retry with the
             # key replays the failure instead of running the model again.
@@ -86,15 +120,15 @@ async def complete_turn(
                 # The terminal event was never sent: the failure's events take its number.
                 relay.release(terminal)
                 await fail_turn(run, settled.error, record=settled.record_failure)
-    turn.model_output = list(model_output)
+    run.model_output = list(model_output)
     emit(terminal)
-    after_commit(services, turn, tokens)
+    after_commit(services, turn, run.tokens, tokens)
     return final
 
 
 async def _commit_retrying_once(
     services: Services,
-    turn: PreparedTurn,
+    run: TurnInProgress,
     final: dict[str, Any],
     model_output: Sequence[Item],
     events: list[dict[str, Any]] | None,
@@ -103,6 +137,7 @@ async def _commit_retrying_once(
 ) -> None:
     """Commits the turn; a failure that proves nothing was written (a lock never granted,
     a transaction the database aborted) is retried once."""
+    turn = run.turn
     for attempt in (1, 2):
         try:
             await commit_turn(
@@ -112,6 +147,7 @@ async def _commit_retrying_once(
                 model_output,
                 events,
                 histories=services.histories,
+                hooks=run.hooks,
                 tokens=tokens,
                 serialized=serialized,
             )
@@ -127,7 +163,7 @@ async def fail_turn(run: TurnInProgress, failure: ApiError, *, record: bool = Tr
     ``record=False``: the database could store nothing (the failure says so)."""
     services, turn, relay, emit = run.services, run.turn, run.relay, run.emit
     run.upstream_over()
-    cancel_parent_read(turn)
+    cancel_parent_read(run.tokens)
     log.warning("turn failed", response_id=turn.response_id, reason=failure.message)
     final = finish_response(
         relay.base,
@@ -148,6 +184,7 @@ async def fail_turn(run: TurnInProgress, failure: ApiError, *, record: bool = Tr
                 [],
                 [*run.events, terminal] if turn.records_events else None,
                 histories=services.histories,
+                hooks=run.hooks,
                 failure=failure.body()["error"],
                 serialized=run.serialized,
             )

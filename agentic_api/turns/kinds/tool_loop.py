@@ -34,25 +34,25 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentic_api.errors import InvalidRequest
+from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.log import get_logger
 from agentic_api.mcp.catalog import GatewayTool, ToolCatalog
 from agentic_api.mcp.client import CallOutcome, McpLimits
 from agentic_api.mcp.specs import is_mcp
 from agentic_api.mcp.toolbox import McpToolbox, check_hosts
 from agentic_api.settings import Settings
-from agentic_api.turns.finish import complete_turn
-from agentic_api.turns.in_progress import TurnInProgress
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.render import (
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD
+from agentic_api.turns.kinds.tool_events import GatewayEvents
+from agentic_api.turns.prepare.render import (
     add_agentic_context,
     agentic_context_of,
     render_body,
     upstream_fields,
 )
-from agentic_api.turns.round import upstream_round
-from agentic_api.turns.token_plan import TOKEN_IDS_FIELD
-from agentic_api.turns.tool_events import GatewayEvents
+from agentic_api.turns.runner.finish import Completion, Ending
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.round import upstream_round
 from agentic_api.wire import mcp as wire
 from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.response_object import add_usage, empty_usage, normalize_usage
@@ -113,7 +113,7 @@ def check_mcp_hosts(turn: PreparedTurn, settings: Settings) -> None:
     )
 
 
-async def run_tool_turn(run: TurnInProgress) -> dict[str, Any]:
+async def run_tool_turn(run: TurnInProgress) -> Ending:
     return await ToolLoop(run).run()
 
 
@@ -125,28 +125,29 @@ class ToolLoop:
         self.relay = in_progress.relay
         self.emit = in_progress.emit
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> Ending:
         turn, settings = self.turn, self.settings
         check_mcp_hosts(turn, settings)
-        async with McpToolbox(turn.mcp_servers, McpLimits.from_settings(settings)) as toolbox:
-            client_tools = [t for t in turn.request.tools or () if not is_mcp(t)]
-            catalog = toolbox.catalog(client_tools)
-            resumed = self._resolve_approvals(catalog)
-            state = LoopState(fields=self._fields(catalog), prompt=turn.prompt_items)
-            for server, _ in toolbox.listings:
-                listed = [t.as_wire() for t in catalog.allowed[server.server_label]]
-                state.output.append(
-                    wire.list_tools_item(
-                        mint_id(IdKind.MCP_LIST_TOOLS), server.server_label, listed
-                    )
-                )
-            # The client sees the tool listings right after the response opens.
-            self.in_progress.after_opening = lambda: self._show_listings(state)
-            if resumed:
-                # Approved calls run before round 1: the client's stream starts now.
-                self.in_progress.show_start({})
-                await self._settle_approvals(toolbox, state, resumed)
-            return await self._rounds(toolbox, catalog, state)
+        # The sessions stay open until the turn has ended (turns/run.py closes them).
+        toolbox = await self.in_progress.held.enter_async_context(
+            McpToolbox(turn.mcp_servers, McpLimits.from_settings(settings))
+        )
+        client_tools = [t for t in turn.request.tools or () if not is_mcp(t)]
+        catalog = toolbox.catalog(client_tools)
+        resumed = self._resolve_approvals(catalog)
+        state = LoopState(fields=self._fields(catalog), prompt=turn.prompt_items)
+        for server, _ in toolbox.listings:
+            listed = [t.as_wire() for t in catalog.allowed[server.server_label]]
+            state.output.append(
+                wire.list_tools_item(mint_id(IdKind.MCP_LIST_TOOLS), server.server_label, listed)
+            )
+        # The client sees the tool listings right after the response opens.
+        self.in_progress.after_opening = lambda: self._show_listings(state)
+        if resumed:
+            # Approved calls run before round 1: the client's stream starts now.
+            self.in_progress.show_start({})
+            await self._settle_approvals(toolbox, state, resumed)
+        return await self._rounds(toolbox, catalog, state)
 
     # --- setup ------------------------------------------------------------------------
 
@@ -162,7 +163,8 @@ class ToolLoop:
         fields["tools"] = catalog.upstream_tools(request.tools or [])
         if "tool_choice" in fields:
             fields["tool_choice"] = catalog.upstream_tool_choice(fields["tool_choice"])
-        if self.turn.tokens is not None and self.turn.tokens.asked:
+        tokens = self.in_progress.tokens
+        if tokens is not None and tokens.asked:
             fields.update(TOKEN_IDS_FIELD)
         return fields
 
@@ -231,22 +233,22 @@ class ToolLoop:
 
     # --- rounds -------------------------------------------------------------------------
 
-    async def _rounds(
-        self, toolbox: McpToolbox, catalog: ToolCatalog, state: LoopState
-    ) -> dict[str, Any]:
+    async def _rounds(self, toolbox: McpToolbox, catalog: ToolCatalog, state: LoopState) -> Ending:
         settings, request = self.settings, self.turn.request
         gateway_events = GatewayEvents(catalog)
         while True:
             state.rounds += 1
             gateway_events.start_round()
-            await self._round(state, gateway_events)
+            failure = await self._round(state, gateway_events)
+            if failure is not None:
+                return failure
             items = self.relay.final_output()
             status = self.relay.upstream_final.get("status") if self.relay.upstream_final else None
             planned, approvals, client_calls = self._take_round(
                 catalog, gateway_events, state, items
             )
             if not planned:
-                return await self._finish(
+                return self._finish(
                     state,
                     "incomplete" if status == "incomplete" else "completed",
                     state.upstream.get("incomplete_details"),
@@ -268,19 +270,18 @@ class ToolLoop:
             await self._run_calls(toolbox, state, runnable)
             self._skip_calls(state, planned[len(runnable) :], reason)
             if status == "incomplete":
-                return await self._finish(
-                    state, "incomplete", state.upstream.get("incomplete_details")
-                )
+                return self._finish(state, "incomplete", state.upstream.get("incomplete_details"))
             if reason is not None:
                 # As OpenAI treats calls past max_tool_calls: not run, and the response
                 # ends normally. (OpenAI's schema has no incomplete reason for a tool
                 # limit; the calls not run show as ``incomplete`` mcp_call items.)
-                return await self._finish(state, "completed", None)
+                return self._finish(state, "completed", None)
             if ends_for_client:
-                return await self._finish(state, "completed", None)
+                return self._finish(state, "completed", None)
 
-    async def _round(self, state: LoopState, gateway_events: GatewayEvents) -> None:
-        """One upstream request; the relay holds its final object afterwards."""
+    async def _round(self, state: LoopState, gateway_events: GatewayEvents) -> ApiError | None:
+        """One upstream request; the relay holds its final object afterwards, unless the
+        round failed (the failure is returned)."""
         relay = self.relay
         relay.start_round(len(state.output))
         body = render_body(state.fields, [*state.prompt, *state.model_output])
@@ -293,10 +294,13 @@ class ToolLoop:
             if ours is not None:
                 self._send(gateway_events.convert(ours))
 
-        await upstream_round(self.in_progress, body, handle)
+        failure = await upstream_round(self.in_progress, body, handle)
+        if failure is not None:
+            return failure
         final = relay.upstream_final or {}
         state.upstream = final
         state.usage = add_usage(state.usage, normalize_usage(final.get("usage")))
+        return None
 
     def _take_round(
         self,
@@ -396,11 +400,10 @@ class ToolLoop:
             state.model_output.append(_call_output(call.call, f"Not run: {note}."))
             self._send([wire.item_done(call.output_index, item)])
 
-    async def _finish(
+    def _finish(
         self, state: LoopState, status: str, incomplete_details: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        return await complete_turn(
-            self.in_progress,
+    ) -> Completion:
+        return Completion(
             status=status,
             output=state.output,
             model_output=state.model_output,

@@ -8,6 +8,7 @@ inside it, so a crash or a refused commit leaves both or neither.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -27,3 +28,15 @@ class EventLog(Protocol):
     async def unsaved(self, events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Stops storing on its own and returns those of ``events`` it has not stored,
         which the commit then stores (so none is written twice)."""
+
+
+@dataclass(frozen=True)
+class CommitHooks:
+    """What whoever runs a turn attaches to its commit: the steps it runs, and where the
+    turn's events are already being stored (a background job's log)."""
+
+    steps: tuple[CommitStep, ...] = ()
+    event_log: EventLog | None = None
+
+
+NO_HOOKS = CommitHooks()

@@ -1,4 +1,4 @@
-"""What a turn will do about its token ids, decided before it is sent (turns/tokens.py)."""
+"""What a turn will do about its token ids, decided before it is sent (turns/runner/tokens.py)."""
 
 from __future__ import annotations
 
