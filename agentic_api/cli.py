@@ -13,10 +13,10 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from agentic_api.bench.cli import bench_app
 from agentic_api.cache.residency.endpoints import EndpointError, parse_endpoints
 from agentic_api.http.workers import available_cpus, plan_workers
 from agentic_api.log import configure_logging, get_logger
+from agentic_api.plugin_commands import WithPluginCommands
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade
@@ -30,6 +30,7 @@ app = typer.Typer(
     help="agentic-api: a stateful OpenAI Responses API server for vLLM.",
     no_args_is_help=True,
     add_completion=False,
+    cls=WithPluginCommands,  # adds `bench` (agentic_bench) without importing it here
 )
 tenant_app = typer.Typer(help="Manage tenants.", no_args_is_help=True)
 key_app = typer.Typer(help="Manage tenant API keys.", no_args_is_help=True)
@@ -37,7 +38,6 @@ admin_key_app = typer.Typer(help="Manage admin keys.", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(admin_key_app, name="admin-key")
-app.add_typer(bench_app, name="bench")
 
 
 def _fail(message: str, code: int = 1) -> None:

@@ -15,10 +15,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from agentic_api.bench.agents import TAG, AgentsConfig, run_agents, summarize
-from agentic_api.bench.agents_report import load_rows
-from agentic_api.bench.client import Target
 from agentic_api.cli import app
+from agentic_bench.agents import TAG, AgentsConfig, run_agents, summarize
+from agentic_bench.agents_report import load_rows
+from agentic_bench.client import Target
 from tests.conftest import RunningServer, running_server
 from tests.support.tenants import TenantKeys, create_admin_key
 from tests.upstream_sim import Fail, SimServer

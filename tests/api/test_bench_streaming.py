@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agentic_api.bench.client import Target
-from agentic_api.bench.overhead import OverheadConfig, run_overhead
-from agentic_api.bench.process_cpu import CpuMeter, ProcessGone, read_stat, tree_cpu_seconds
-from agentic_api.bench.streaming import (
+from agentic_api.cli import app
+from agentic_bench.client import Target
+from agentic_bench.overhead import OverheadConfig, run_overhead
+from agentic_bench.process_cpu import CpuMeter, ProcessGone, read_stat, tree_cpu_seconds
+from agentic_bench.streaming import (
     Round,
     SseSplitter,
     StreamingConfig,
@@ -32,7 +33,6 @@ from agentic_api.bench.streaming import (
     summarize,
     table,
 )
-from agentic_api.cli import app
 from tests.conftest import make_database, running_server
 from tests.support.processes import Process, process_env
 from tests.support.tenants import create_tenant

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentic_api.bench.client import (
+from agentic_api.charts import line_chart, stack_vertically
+from agentic_bench.client import (
     BenchError,
     Target,
     TurnResult,
@@ -31,9 +32,9 @@ from agentic_api.bench.client import (
     message,
     replayable,
 )
-from agentic_api.bench.output import Panel, Series, svg_chart, write_results
-from agentic_api.bench.process_cpu import CpuMeter
-from agentic_api.bench.stats import summary
+from agentic_bench.output import write_results
+from agentic_bench.process_cpu import CpuMeter
+from agentic_bench.stats import summary
 
 STATEMENTS_METRIC = "agentic_db_statements_total"
 
@@ -242,34 +243,38 @@ def add_overhead(rows: list[dict[str, Any]], baseline: str) -> None:
 
 
 def chart(rows: Sequence[dict[str, Any]], baseline: str, title: str) -> str:
+    """p50 per target over depth, then what each adds to the baseline at p50 and p95 (the
+    baseline's own line is 0 there: it keeps each target's colour in every panel)."""
     names = list(dict.fromkeys(str(r["target"]) for r in rows))
 
-    def series(name: str, key: str, scale: float = 1.0) -> Series:
-        points = [
-            (float(r["depth"]), float(r[key]) * scale)
-            for r in rows
-            if r["target"] == name and r.get(key) is not None
-        ]
-        return Series(name, points)
+    def series(key: str, scale: float = 1.0) -> dict[str, list[tuple[float, float | None]]]:
+        return {
+            name: [
+                (float(r["depth"]), float(r[key]) * scale)
+                for r in rows
+                if r["target"] == name and r.get(key) is not None
+            ]
+            for name in names
+        }
 
-    return svg_chart(
+    x_title = "depth (turns in the chain, including the measured one)"
+    return stack_vertically(
+        title,
         [
-            Panel("p50 latency per turn", "ms", [series(n, "p50_s", 1000) for n in names]),
-            Panel(
-                f"added p50 latency per turn vs {baseline}",
-                "ms",
-                [series(n, "added_p50_ms") for n in names if n != baseline],
-                y_min=None,
+            line_chart(
+                "p50 latency per turn", series("p50_s", 1000), x_title=x_title, y_title="ms"
             ),
-            Panel(
-                f"added p95 latency per turn vs {baseline}",
-                "ms",
-                [series(n, "added_p95_ms") for n in names if n != baseline],
-                y_min=None,
+            *(
+                line_chart(
+                    f"added {q} latency per turn vs {baseline}",
+                    series(f"added_{q}_ms"),
+                    x_title=x_title,
+                    y_title="ms",
+                    from_zero=False,
+                )
+                for q in ("p50", "p95")
             ),
         ],
-        title=title,
-        x_label="depth (turns in the chain, including the measured one)",
     )
 
 

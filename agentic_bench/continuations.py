@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentic_api.bench.client import Target, TurnResult, filler_text, message, replayable
-from agentic_api.bench.output import Panel, Series, svg_chart, write_results
-from agentic_api.bench.stats import ideal_cached, ratio, summary, upper_cached
+from agentic_api.charts import bar_chart, line_chart, stack_vertically
+from agentic_bench.client import Target, TurnResult, filler_text, message, replayable
+from agentic_bench.output import write_results
+from agentic_bench.stats import ideal_cached, ratio, summary, upper_cached
 
 
 @dataclass(frozen=True)
@@ -190,48 +191,36 @@ def summarize(rows: Sequence[dict[str, Any]], config: ContinuationConfig) -> dic
 
 def chart(rows: Sequence[dict[str, Any]], title: str) -> str:
     pairs = [float(r["pair"]) for r in rows]
-    return svg_chart(
+    return stack_vertically(
+        title,
         [
-            Panel(
+            bar_chart(
                 "continuation prefix-cache hit ratio (cached / input tokens)",
-                "ratio",
-                [
-                    Series(
-                        "hit ratio",
-                        list(zip(pairs, [float(r["hit_ratio"]) for r in rows], strict=True)),
-                        bars=True,
-                    ),
-                    Series(
-                        "ideal ratio",
-                        list(
-                            zip(
-                                pairs,
-                                [ratio(r["ideal_cached_tokens"], r["input_tokens"]) for r in rows],
-                                strict=True,
-                            )
-                        ),
-                    ),
-                ],
-                y_min=0.0,
-                y_max=1.0,
+                [f"{pair:g}" for pair in pairs],
+                {
+                    "hit ratio": [float(r["hit_ratio"]) for r in rows],
+                    "ideal ratio": [
+                        ratio(r["ideal_cached_tokens"], r["input_tokens"]) for r in rows
+                    ],
+                },
+                x_title="pair",
+                y_title="ratio",
+                y_range=(0.0, 1.0),
             ),
-            Panel(
+            line_chart(
                 "latency per request",
-                "seconds",
-                [
-                    Series(
-                        "cold turn",
-                        list(zip(pairs, [float(r["cold_latency_s"]) for r in rows], strict=True)),
+                {
+                    "cold turn": list(
+                        zip(pairs, [float(r["cold_latency_s"]) for r in rows], strict=True)
                     ),
-                    Series(
-                        "continuation",
-                        list(zip(pairs, [float(r["latency_s"]) for r in rows], strict=True)),
+                    "continuation": list(
+                        zip(pairs, [float(r["latency_s"]) for r in rows], strict=True)
                     ),
-                ],
+                },
+                x_title="pair",
+                y_title="seconds",
             ),
         ],
-        title=title,
-        x_label="pair",
     )
 
 

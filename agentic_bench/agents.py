@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentic_api.bench.client import (
+from agentic_bench.client import (
     BenchError,
     Target,
     TurnResult,
@@ -35,7 +35,7 @@ from agentic_api.bench.client import (
     message,
     replayable,
 )
-from agentic_api.bench.stats import ideal_cached, ratio, summary, upper_cached
+from agentic_bench.stats import ideal_cached, ratio, summary, upper_cached
 
 Chain = Literal["previous_response_id", "conversation", "history"]
 ToolChoice = Literal["named", "required", "auto"]

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_results
+from agentic_api.charts import line_chart, stack_vertically
+from agentic_bench.output import write_csv, write_results
 
 _INTS = (
     "agent",
@@ -39,6 +40,9 @@ _FLOATS = (
 _BOOLS = ("warm", "same_replica")
 
 
+_X_TITLE = "seconds since the run started (turn end)"
+
+
 def _continuations(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in rows if r["status"] != "error" and r["turn"] > 1]
 
@@ -55,39 +59,35 @@ def run_chart(rows: Sequence[dict[str, Any]], title: str) -> str:
     firsts = [r for r in served if r["turn"] == 1]
     streamed = any(r.get("ttft_s") is not None for r in served)
     speed = "TTFT" if streamed else "latency"
-    return svg_chart(
+    return stack_vertically(
+        title,
         [
-            Panel(
+            line_chart(
                 "continuation prefix-cache hit ratio (cached / input tokens)",
-                "ratio",
-                [
-                    Series(
-                        "hit ratio",
-                        [(float(r["end_s"]), float(r["hit_ratio"])) for r in continuations],
-                    ),
-                    Series(
-                        "cached / expected",
-                        [
-                            (float(r["end_s"]), min(float(r["cached_over_expected"]), 1.5))
-                            for r in continuations
-                            if r.get("cached_over_expected") is not None
-                        ],
-                    ),
-                ],
-                y_min=0.0,
-                y_max=1.5,
+                {
+                    "hit ratio": [
+                        (float(r["end_s"]), float(r["hit_ratio"])) for r in continuations
+                    ],
+                    "cached / expected": [
+                        (float(r["end_s"]), min(float(r["cached_over_expected"]), 1.5))
+                        for r in continuations
+                        if r.get("cached_over_expected") is not None
+                    ],
+                },
+                x_title=_X_TITLE,
+                y_title="ratio",
+                y_range=(0.0, 1.5),
             ),
-            Panel(
+            line_chart(
                 f"{speed} per turn",
-                "seconds",
-                [
-                    Series("first turn", [(float(r["end_s"]), _speed(r)) for r in firsts]),
-                    Series("continuation", [(float(r["end_s"]), _speed(r)) for r in continuations]),
-                ],
+                {
+                    "first turn": [(float(r["end_s"]), _speed(r)) for r in firsts],
+                    "continuation": [(float(r["end_s"]), _speed(r)) for r in continuations],
+                },
+                x_title=_X_TITLE,
+                y_title="seconds",
             ),
         ],
-        title=title,
-        x_label="seconds since the run started (turn end)",
     )
 
 
@@ -175,21 +175,29 @@ def markdown_table(rows: Sequence[dict[str, Any]]) -> str:
 def compare_chart(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], title: str) -> str:
     """Hit ratio and TTFT (latency when not streamed) of every continuation over time,
     one series per run."""
-    hit: list[Series] = []
-    speed: list[Series] = []
+    hit: dict[str, list[tuple[float, float | None]]] = {}
+    speed: dict[str, list[tuple[float, float | None]]] = {}
     for label, rows in runs:
         continuations = _continuations(rows)
-        hit.append(
-            Series(label, [(float(r["end_s"]), float(r["hit_ratio"])) for r in continuations])
-        )
-        speed.append(Series(label, [(float(r["end_s"]), _speed(r)) for r in continuations]))
-    return svg_chart(
+        hit[label] = [(float(r["end_s"]), float(r["hit_ratio"])) for r in continuations]
+        speed[label] = [(float(r["end_s"]), _speed(r)) for r in continuations]
+    return stack_vertically(
+        title,
         [
-            Panel("continuation hit ratio, per run", "ratio", hit, y_min=0.0, y_max=1.0),
-            Panel("continuation TTFT (latency when not streamed), per run", "seconds", speed),
+            line_chart(
+                "continuation hit ratio, per run",
+                hit,
+                x_title=_X_TITLE,
+                y_title="ratio",
+                y_range=(0.0, 1.0),
+            ),
+            line_chart(
+                "continuation TTFT (latency when not streamed), per run",
+                speed,
+                x_title=_X_TITLE,
+                y_title="seconds",
+            ),
         ],
-        title=title,
-        x_label="seconds since the run started (turn end)",
     )
 
 

@@ -36,10 +36,11 @@ from typing import Any
 import aiohttp
 import orjson
 
-from agentic_api.bench.client import BenchError, filler_text, message
-from agentic_api.bench.output import Panel, Series, svg_chart, write_results
-from agentic_api.bench.process_cpu import CpuMeter
-from agentic_api.bench.stats import percentile
+from agentic_api.charts import bar_chart, stack_vertically
+from agentic_bench.client import BenchError, filler_text, message
+from agentic_bench.output import write_results
+from agentic_bench.process_cpu import CpuMeter
+from agentic_bench.stats import percentile
 
 DELTA = "response.output_text.delta"
 COMPLETED = "response.completed"
@@ -270,6 +271,10 @@ class Round:
         }
 
 
+def _measured(value: float | None) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
 def _p(values: Sequence[float | None], q: float) -> float:
     return percentile([v for v in values if v is not None], q)
 
@@ -384,34 +389,30 @@ def failures(rounds: Sequence[Round]) -> dict[str, dict[str, int]]:
 
 
 def chart(rounds: Sequence[Round], title: str) -> str:
+    """One panel per measure: a group of bars per round, one bar per target."""
     names = list(dict.fromkeys(r.target for r in rounds))
     rows = [r.row() for r in rounds]
+    numbers = sorted({int(row["round"]) for row in rows})
 
-    def series(key: str) -> list[Series]:
-        made = []
-        for name in names:
-            points = [
-                (float(row["round"]) + 1, float(row[key]))
-                for row in rows
-                if row["target"] == name and row[key] is not None
-            ]
-            if points:
-                made.append(Series(name, points, bars=True))
-        return made
+    def panel(key: str, heading: str, unit: str) -> str | None:
+        by_round = {(row["target"], int(row["round"])): row[key] for row in rows}
+        measured = {name: [_measured(by_round.get((name, n))) for n in numbers] for name in names}
+        series = {name: v for name, v in measured.items() if any(x is not None for x in v)}
+        if not series:
+            return None
+        return bar_chart(
+            heading, [str(n + 1) for n in numbers], series, x_title="round", y_title=unit
+        )
 
     panels = [
-        Panel(
-            "delivered deltas/s (deltas of the round / its wall time)",
-            "deltas/s",
-            series("deltas_per_s"),
+        panel(
+            "deltas_per_s", "delivered deltas/s (deltas of the round / its wall time)", "deltas/s"
         ),
-        Panel("TTFT p50", "ms", series("ttft_p50_ms")),
-        Panel("tail p95 (last delta -> end of stream)", "ms", series("tail_p95_ms")),
+        panel("ttft_p50_ms", "TTFT p50", "ms"),
+        panel("tail_p95_ms", "tail p95 (last delta -> end of stream)", "ms"),
+        panel("cpu_ms_per_1k_events", "server CPU per 1,000 relayed events", "ms"),
     ]
-    cpu = series("cpu_ms_per_1k_events")
-    if cpu:
-        panels.append(Panel("server CPU per 1,000 relayed events", "ms", cpu))
-    return svg_chart(panels, title=title, x_label="round")
+    return stack_vertically(title, [p for p in panels if p is not None])
 
 
 def write_outputs(

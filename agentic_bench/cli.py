@@ -1,4 +1,5 @@
-"""``agentic-api bench ...``: the typer sub-app."""
+"""``agentic-api bench ...``: the typer sub-app, which ``agentic-api`` finds through the
+``agentic_api.commands`` entry point (pyproject.toml), never by importing it."""
 
 from __future__ import annotations
 
@@ -12,24 +13,25 @@ from typing import Annotated, Any
 
 import typer
 
-from agentic_api.bench.agents import AgentsConfig, Chain, ToolChoice, run_agents
-from agentic_api.bench.agents import summarize as summarize_agents
-from agentic_api.bench.agents_report import write_report, write_run
-from agentic_api.bench.client import REPLICA_HEADERS, BenchError, Target
-from agentic_api.bench.continuations import ContinuationConfig, run_continuations, summarize
-from agentic_api.bench.continuations import write_outputs as write_continuations
-from agentic_api.bench.overhead import OverheadConfig, run_overhead
-from agentic_api.bench.overhead import write_outputs as write_overhead
-from agentic_api.bench.streaming import StreamingConfig, StreamTarget, run_streaming
-from agentic_api.bench.streaming import failures as stream_failures
-from agentic_api.bench.streaming import summarize as summarize_streaming
-from agentic_api.bench.streaming import table as streaming_table
-from agentic_api.bench.streaming import write_outputs as write_streaming
+from agentic_bench.agents import AgentsConfig, Chain, ToolChoice, run_agents
+from agentic_bench.agents import summarize as summarize_agents
+from agentic_bench.agents_report import write_report, write_run
+from agentic_bench.client import REPLICA_HEADERS, BenchError, Target
+from agentic_bench.continuations import ContinuationConfig, run_continuations, summarize
+from agentic_bench.continuations import write_outputs as write_continuations
+from agentic_bench.overhead import OverheadConfig, run_overhead
+from agentic_bench.overhead import write_outputs as write_overhead
+from agentic_bench.streaming import StreamingConfig, StreamTarget, run_streaming
+from agentic_bench.streaming import failures as stream_failures
+from agentic_bench.streaming import summarize as summarize_streaming
+from agentic_bench.streaming import table as streaming_table
+from agentic_bench.streaming import write_outputs as write_streaming
 
 bench_app = typer.Typer(
     help="Measure a deployment: prefix-cache reuse of continuations, per-turn overhead, "
     "streaming cost, concurrent agents in tool loops.",
     no_args_is_help=True,
+    add_completion=False,  # a sub-command of agentic-api (an entry point), not a program
 )
 
 
