@@ -21,6 +21,7 @@ from agentic_bench.continuations import ContinuationConfig, run_continuations, s
 from agentic_bench.continuations import write_outputs as write_continuations
 from agentic_bench.overhead import OverheadConfig, run_overhead
 from agentic_bench.overhead import write_outputs as write_overhead
+from agentic_bench.redraw import redraw
 from agentic_bench.streaming import StreamingConfig, StreamTarget, run_streaming
 from agentic_bench.streaming import failures as stream_failures
 from agentic_bench.streaming import summarize as summarize_streaming
@@ -474,3 +475,17 @@ def agents_report(
     for path in write_report(out, name, runs):
         typer.echo(f"wrote {path}")
     typer.echo((out / f"{name}.md").read_text(encoding="utf-8"))
+
+
+@bench_app.command("chart")
+def chart(
+    runs: Annotated[list[Path], typer.Argument(help="JSON files that bench commands wrote.")],
+) -> None:
+    """Draw each run's SVG again (NAME.svg beside NAME.json) with the current chart code,
+    from the JSON and, for continuations, the CSV beside it."""
+    for path in runs:
+        try:
+            typer.echo(f"wrote {redraw(path)}")
+        except (OSError, ValueError, KeyError) as exc:
+            typer.echo(f"error: {path}: {exc}", err=True)
+            raise typer.Exit(1) from exc

@@ -388,17 +388,18 @@ def failures(rounds: Sequence[Round]) -> dict[str, dict[str, int]]:
     return out
 
 
-def chart(rounds: Sequence[Round], title: str) -> str:
-    """One panel per measure: a group of bars per round, one bar per target."""
-    names = list(dict.fromkeys(r.target for r in rounds))
-    rows = [r.row() for r in rounds]
+def chart(rounds: Sequence[Mapping[str, Any]], title: str) -> str:
+    """One panel per measure: a group of bars per round, one bar per target. ``rounds`` are
+    ``Round.row()`` dicts (the JSON's ``rounds``, so a kept run's chart can be redrawn)."""
+    rows = list(rounds)
+    names = list(dict.fromkeys(str(r["target"]) for r in rows))
     numbers = sorted({int(row["round"]) for row in rows})
 
     def panel(key: str, heading: str, unit: str) -> str | None:
-        by_round = {(row["target"], int(row["round"])): row[key] for row in rows}
-        measured = {name: [_measured(by_round.get((name, n))) for n in numbers] for name in names}
-        series = {name: v for name, v in measured.items() if any(x is not None for x in v)}
-        if not series:
+        by_round = {(row["target"], int(row["round"])): row.get(key) for row in rows}
+        # Every target, measured or not (direct has no server CPU): each keeps its colour.
+        series = {name: [_measured(by_round.get((name, n))) for n in numbers] for name in names}
+        if all(v is None for values in series.values() for v in values):
             return None
         return bar_chart(
             heading, [str(n + 1) for n in numbers], series, x_title="round", y_title=unit
@@ -432,7 +433,7 @@ def write_outputs(
             "rounds": [r.row() for r in rounds],
             "failures": failures(rounds),
         },
-        chart(rounds, f"bench streaming: {name}"),
+        chart([r.row() for r in rounds], f"bench streaming: {name}"),
         more_rows={"streams": [asdict(record) for r in rounds for record in r.records]},
     )
 

@@ -26,8 +26,11 @@ from agentic_bench.overhead import (
     probe_interleaved,
     run_overhead,
 )
+from agentic_bench.overhead import write_outputs as write_overhead
+from agentic_bench.redraw import chart_of
 from agentic_bench.stats import full_blocks, ideal_cached, percentile, summary, upper_cached
 from tests.conftest import RunningServer
+from tests.support.drawings import shown
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.upstream_sim import SimServer
 
@@ -169,7 +172,10 @@ def test_continuations_direct_report_the_replica(tmp_path: Path) -> None:
     summary_data = json.loads((tmp_path / "continuations.json").read_text())
     assert summary_data["summary"]["pairs"] == 3
     assert summary_data["summary"]["pairs_at_or_above_ideal"] == 3
-    ET.fromstring((tmp_path / "continuations.svg").read_text())
+    # bench chart draws the same chart again from the run's JSON and CSV.
+    drawn = (tmp_path / "continuations.svg").read_text()
+    assert len(shown(drawn)[1]) == 3 * 4  # hit and ideal bars, cold and continuation dots
+    assert shown(chart_of(tmp_path / "continuations.json")) == shown(drawn)
 
 
 def test_overhead_measures_each_depth_and_our_round_trips_stay_flat(
@@ -254,3 +260,24 @@ def test_probes_alternate_between_targets_batch_by_batch() -> None:
     # Batches of two (the last of one), the first target rotating: abc, bca, cab.
     assert log == ["a", "a", "b", "b", "c", "c", "b", "b", "c", "c", "a", "a", "c", "a", "b"]
     assert all(len(phase.results) == 5 and phase.wall_s > 0 for phase in phases)
+
+
+def test_bench_chart_redraws_an_overhead_run_and_refuses_a_foreign_json(tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = [
+        {"target": target, "depth": depth, "p50_s": p50, "p95_s": p50 * 1.5, "p99_s": p50 * 2}
+        for target, scale in (("direct", 1.0), ("ours", 1.2))
+        for depth, p50 in ((10, 0.020 * scale), (40, 0.030 * scale))
+    ]
+    add_overhead(rows, "direct")
+    meta = {"depths": [10, 40], "baseline": "direct"}
+    write_overhead(tmp_path, "oh", rows, [], meta, "direct")
+    drawn = (tmp_path / "oh.svg").read_text()
+    assert "ours: 40: 6" in shown(drawn)[1]  # 36 ms - 30 ms added at p50, depth 40
+    result = CliRunner().invoke(app, ["bench", "chart", str(tmp_path / "oh.json")])
+    assert result.exit_code == 0, result.output
+    assert shown((tmp_path / "oh.svg").read_text()) == shown(drawn)
+    (tmp_path / "other.json").write_text('{"unrelated": true}')
+    result = CliRunner().invoke(app, ["bench", "chart", str(tmp_path / "other.json")])
+    assert result.exit_code == 1
+    assert "not the JSON of a bench" in result.output
+    assert not (tmp_path / "other.svg").exists()
