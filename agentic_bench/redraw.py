@@ -34,9 +34,7 @@ def chart_of(json_path: Path) -> str:
     if "prompt_words" in result:
         rows = _numbers(json_path.with_suffix(".csv"))
         return continuations.chart(rows, f"bench continuations: {name}")
-    raise UnknownRun(
-        f"{json_path}: not the JSON of a bench overhead/streaming/agents/continuations run"
-    )
+    raise UnknownRun("not the JSON of a bench overhead, streaming, agents or continuations run")
 
 
 def redraw(json_path: Path) -> Path:
