@@ -88,13 +88,14 @@ def bar_chart(
     categories: Sequence[str],
     series: Mapping[str, Sequence[float | None]],
     *,
+    x_title: str = "",
     y_title: str = "",
     y_range: tuple[float, float] | None = None,
     height: int = 360,
 ) -> str:
     """Grouped bars: along x one group per category, in each one bar per series (a series
     gives one value per category, in the categories' order)."""
-    return _bars(pygal.Bar, title, categories, series, y_title, y_range, height)
+    return _bars(pygal.Bar, title, categories, series, x_title, y_title, y_range, height)
 
 
 def stacked_bar_chart(
@@ -102,12 +103,13 @@ def stacked_bar_chart(
     categories: Sequence[str],
     series: Mapping[str, Sequence[float | None]],
     *,
+    x_title: str = "",
     y_title: str = "",
     y_range: tuple[float, float] | None = None,
     height: int = 360,
 ) -> str:
     """One bar per category, the series' values stacked in it (first series at the bottom)."""
-    return _bars(pygal.StackedBar, title, categories, series, y_title, y_range, height)
+    return _bars(pygal.StackedBar, title, categories, series, x_title, y_title, y_range, height)
 
 
 def stack_vertically(title: str, charts: Sequence[str]) -> str:
@@ -147,6 +149,7 @@ def _bars(
     title: str,
     categories: Sequence[str],
     series: Mapping[str, Sequence[float | None]],
+    x_title: str,
     y_title: str,
     y_range: tuple[float, float] | None,
     height: int,
@@ -156,7 +159,7 @@ def _bars(
             raise ValueError(
                 f"series {name!r} has {len(values)} values for {len(categories)} categories"
             )
-    chart = kind(**_config(title, "", y_title, y_range, True, height, len(series)))
+    chart = kind(**_config(title, x_title, y_title, y_range, True, height, len(series)))
     chart.x_labels = list(categories)
     cleaned = [[_value(v) for v in given] for given in series.values()]
     for name, drawn in zip(series, cleaned, strict=True):

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from agentic_api.bench.cli import bench_app
 from agentic_api.cache.residency.endpoints import EndpointError, parse_endpoints
 from agentic_api.http.workers import WORKER_HEALTHCHECK_SECONDS, available_cpus, plan_workers
 from agentic_api.log import configure_logging, get_logger
+from agentic_api.plugin_commands import WithPluginCommands
 from agentic_api.settings import ConfigError, Settings
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ app = typer.Typer(
     help="agentic-api: a stateful OpenAI Responses API server for vLLM.",
     no_args_is_help=True,
     add_completion=False,
+    cls=WithPluginCommands,  # adds `bench` (agentic_bench) without importing it here
 )
 tenant_app = typer.Typer(help="Manage tenants.", no_args_is_help=True)
 key_app = typer.Typer(help="Manage tenant API keys.", no_args_is_help=True)
@@ -42,7 +43,6 @@ admin_key_app = typer.Typer(help="Manage admin keys.", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(admin_key_app, name="admin-key")
-app.add_typer(bench_app, name="bench")
 
 
 def _fail(message: str, code: int = 1) -> None:

@@ -15,7 +15,7 @@ fi
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy agentic_api lineage migrations tests
+.venv/bin/mypy agentic_api agentic_bench lineage migrations tests
 .venv/bin/lint-imports --no-cache
 # Many tests wait (leases, disconnects, processes starting), so workers overlap well even
 # on 2 cores; each worker runs its own simulator, servers and databases.

@@ -99,6 +99,7 @@ def test_bar_chart_heights_follow_the_values_on_one_baseline() -> None:
         "hit ratio",
         ["pair 0", "pair 1", "pair 2"],
         {"hit": [0.5, 1.0, None], "ideal": [1.0, 1.0, 1.0]},
+        x_title="pair",
         y_title="ratio",
         y_range=(0.0, 1.0),
     )
