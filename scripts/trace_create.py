@@ -54,7 +54,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("agentic_api.background",),
     ("agentic_api.serving",),
     ("agentic_api.http",),
-    ("agentic_api.app", "agentic_api.bench"),
+    ("agentic_api.app", "agentic_api.plugin_commands"),
     ("agentic_api.cli",),
 ]
 # The flat turns/ modules of before the phases, by the phase their concern is in now.
