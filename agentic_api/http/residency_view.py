@@ -103,7 +103,7 @@ def _turn_residency(
     block = block_size_of(views)
     if block is None or row.input_tokens is None or previous.input_tokens is None:
         return None
-    expected = expected_cached(previous.input_tokens, row.input_tokens, block)
+    expected = _expected(row, previous, row.input_tokens, previous.input_tokens, block)
     cause = explain_miss(
         views,
         previous_started=previous.created_at.timestamp(),
@@ -122,3 +122,20 @@ def _turn_residency(
         eviction=_eviction(cause.eviction) if cause.eviction else None,
         explanation=cause.explanation,
     )
+
+
+def _expected(
+    row: TurnRecord, previous: TurnRecord, input_tokens: int, previous_input_tokens: int, block: int
+) -> int:
+    """The turn's token account's expected cached tokens when it was made against
+    ``previous`` (the parent's prompt + output, token by token: one figure for the account
+    and this cause); without one, every full block of the previous prompt."""
+    account = row.token_account or {}
+    figure = account.get("expected_cached")
+    if (
+        account.get("status") in ("exact", "diverged")
+        and account.get("parent_id") == previous.id
+        and isinstance(figure, int)
+    ):
+        return figure
+    return expected_cached(previous_input_tokens, input_tokens, block)

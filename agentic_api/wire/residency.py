@@ -80,8 +80,10 @@ class TurnResidency(BaseModel):
     """Why a continuation reused less than its history allowed, from the KV events."""
 
     expected_cached_tokens: int = Field(
-        description="Every full block of the previous turn's prompt (what a resident "
-        "prefix gives), capped by what vLLM can reuse of this prompt."
+        description="What a resident prefix gives: the turn's token account's "
+        "expected_cached (full blocks of the parent's prompt + output this prompt repeats); "
+        "without an account, every full block of the previous turn's prompt, capped by "
+        "what vLLM can reuse of this prompt."
     )
     measured_cached_tokens: int
     cause: Literal["evicted", "replica_reset", "other_replica", "not_seen"]
