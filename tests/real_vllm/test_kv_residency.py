@@ -241,6 +241,10 @@ def test_a_paused_sessions_eviction_is_recorded_and_explains_its_next_miss(
         assert cause is not None, timeline["data"][1]
         assert (cause["cause"], cause["replica"]) == ("evicted", "replica-a")
         assert cause["measured_cached_tokens"] == measured
+        # One figure with the token account (the parent's prompt + output, token by token).
+        account = admin.get(f"/responses/{resumed.id}/token_account").json()["account"]
+        if account is not None and account["status"] in ("exact", "diverged"):
+            expected = account["expected_cached"]
         assert cause["expected_cached_tokens"] == expected
         assert residency(admin, paused)["replica-a"]["evictions"][0]["before_resume"] is True
 
