@@ -128,6 +128,7 @@ def _attach_residency(services: Services, settings: Settings, endpoints: list[En
         max_sessions=settings.residency_max_sessions,
         max_blocks_per_session=settings.residency_max_blocks_per_session,
         evictions_kept=settings.residency_evictions_kept,
+        max_blocks=settings.residency_max_blocks,
     )
     services.kv_events = KvEventSubscriber(
         services.residency, endpoints, queue_messages=settings.kv_events_queue_messages

@@ -234,6 +234,12 @@ class Settings(BaseSettings):
         ge=1,
         description="KV blocks kept per session per replica (oldest forgotten first).",
     )
+    residency_max_blocks: int = Field(
+        1 << 20,
+        ge=1,
+        description="KV blocks of every session kept per replica in the block tree that "
+        "answers a response's own prefix residency (oldest stored forgotten first).",
+    )
     residency_evictions_kept: int = Field(
         16, ge=1, description="Evictions remembered per session per replica."
     )
