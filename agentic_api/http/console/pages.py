@@ -172,7 +172,7 @@ async def residency(request: Request, who: Viewer) -> Response:
     found = await recent_sessions(services, request.path_params["tenant_id"], limit=PAGE_SIZE)
     if found is None:
         return not_found(request, who, "such tenant")
-    views = [session_residency(o, services.residency, services.secret) for o in found.owners]
+    views = [session_residency(o, services.residency, services.secret, None) for o in found.owners]
     by_replica: dict[str, list[tuple[Any, Any]]] = {}
     for view in views:
         for replica in view.replicas:

@@ -41,6 +41,9 @@ async def recent_sessions(
             salt_epoch=tenant.salt_epoch,
             conversation_id=row.conversation_id,
             response_id=row.last_response_id,
+            # The page shows each replica's session tally; a branch's own prefix is on
+            # the admin residency routes (it needs the response's token ids).
+            branch_response_id=None,
         )
         for row in page.rows
     ]
