@@ -21,6 +21,13 @@ fi
 # on 2 cores; each worker runs its own simulator, servers and databases.
 .venv/bin/python -m pytest -n "${AGENTIC_TEST_WORKERS:-auto}" "$@"
 
+# The console render benchmark, short (1,000 conversations, a 100-turn chain, 3 runs per
+# page; about 2 minutes at load average 34 on the shared 2-core machine): prints each page's time and SQL statements, no assertion on
+# time. AGENTIC_CONSOLE_BENCH=1 runs it locally; CI always does.
+if [[ "${AGENTIC_CONSOLE_BENCH:-0}" == "1" || "${CI:-}" == "true" ]]; then
+  .venv/bin/python scripts/bench/console_pages.py --backend sqlite --short
+fi
+
 # The fuzz tier (tests/fuzz): schemathesis over /openapi.json against a real server on
 # SQLite and PostgreSQL, over 5,000 generated requests each; prints each database's
 # count and time. AGENTIC_FUZZ=0 leaves it out of a local run, never out of CI.

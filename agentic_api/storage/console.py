@@ -6,7 +6,7 @@ What the admin API already reads (a conversation's turns, a chain, a token artif
 read through ``storage/admin.py``; this module adds what only the console shows: usage per
 tenant, per session and per time bucket, lost tokens summed from the stored token
 accounts (``responses.token_account['lost']``, by cause), latencies, items and the
-background queue. Nothing here commits.
+background queue, and the logouts of console sessions. Nothing here commits.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from sqlalchemy import (
     Select,
     case,
     cast,
+    delete,
     func,
     literal,
     literal_column,
@@ -36,6 +37,7 @@ from agentic_api.storage.jobs import QUEUED, RUNNING
 from agentic_api.storage.models import (
     AdminKey,
     BackgroundJob,
+    ConsoleLogout,
     Conversation,
     MessageTurn,
     Response,
@@ -173,9 +175,21 @@ class ConsoleRepository:
         )
         return (await self.session.execute(query)).scalar_one_or_none()
 
-    async def admin_key_active(self, key_id: str) -> bool:
-        query = select(AdminKey.id).where(AdminKey.id == key_id, AdminKey.revoked_at.is_(None))
+    async def login_active(self, key_id: str, nonce: str) -> bool:
+        """Whether a console login still counts: its admin key is active and the session
+        (its nonce) has not logged out. One statement, as each page asks it."""
+        ended = select(ConsoleLogout.nonce).where(ConsoleLogout.nonce == nonce).exists()
+        query = select(AdminKey.id).where(
+            AdminKey.id == key_id, AdminKey.revoked_at.is_(None), ~ended
+        )
         return (await self.session.execute(query)).first() is not None
+
+    async def end_login(self, nonce: str, *, expires_at: datetime, now: datetime) -> None:
+        """Record a logout until the cookie would have expired, and drop the records of
+        cookies that have expired since (they are refused on their expiry already)."""
+        await self.session.execute(delete(ConsoleLogout).where(ConsoleLogout.expires_at <= now))
+        if await self.session.get(ConsoleLogout, nonce) is None:
+            self.session.add(ConsoleLogout(nonce=nonce, expires_at=expires_at))
 
     # -- tenants ------------------------------------------------------------------------
 
@@ -281,28 +295,39 @@ class ConsoleRepository:
         limit: int,
     ) -> SessionPage:
         """The tenant's sessions (a conversation, or a ``previous_response_id`` chain's
-        session), one row each with its aggregates, sorted and paged in one statement."""
+        session), one row each with its aggregates, sorted and paged in one statement.
+
+        Lost tokens are summed from each turn's JSON account, the one costly aggregate:
+        unless the sort or a filter needs them for every session, they are summed only
+        for the sessions of the page, after the page is chosen."""
+        ranks_by_lost = sort == "lost_tokens" or filters.lossy
         turns = func.count()
-        last_at = func.max(Response.created_at)
         input_tokens = _sum(Response.input_tokens)
         cached_tokens = _sum(Response.cached_tokens)
         lost = _sum(_lost_per_turn(self.dialect))
+        keys: dict[SessionSort, ColumnElement[Any]] = {
+            "last_activity": func.max(Response.created_at),
+            "turns": turns,
+            "hit_ratio": cast(cached_tokens, Float) / func.nullif(input_tokens, 0),
+            "lost_tokens": lost,
+        }
+        columns: list[ColumnElement[Any]] = [
+            Response.session_id.label("session_id"),
+            turns.label("turns"),
+            func.min(Response.created_at).label("first_at"),
+            func.max(Response.created_at).label("last_at"),
+            input_tokens.label("input_tokens"),
+            cached_tokens.label("cached_tokens"),
+            _sum(Response.output_tokens).label("output_tokens"),
+            func.max(Response.conversation_id).label("conversation_id"),
+            func.max(Response.id).label("last_response_id"),
+            func.count().over().label("total"),
+            keys[sort].label("sort_key"),
+        ]
+        if ranks_by_lost:
+            columns.append(lost.label("lost"))
         query = (
-            select(
-                Response.session_id,
-                turns,
-                func.min(Response.created_at),
-                last_at,
-                input_tokens,
-                cached_tokens,
-                _sum(Response.output_tokens),
-                lost,
-                func.max(Response.conversation_id),
-                func.max(Response.id),
-                func.count().over(),
-            )
-            .where(Response.tenant_id == tenant_id)
-            .group_by(Response.session_id)
+            select(*columns).where(Response.tenant_id == tenant_id).group_by(Response.session_id)
         )
         if filters.contains:
             pattern = "%" + _escape_like(filters.contains) + "%"
@@ -314,33 +339,51 @@ class ConsoleRepository:
             query = query.having(turns >= filters.min_turns)
         if filters.lossy:
             query = query.having(lost > 0)
-        keys: dict[SessionSort, ColumnElement[Any]] = {
-            "last_activity": last_at,
-            "turns": turns,
-            "hit_ratio": cast(cached_tokens, Float) / func.nullif(input_tokens, 0),
-            "lost_tokens": lost,
-        }
         key = keys[sort]
         ordered = key.desc() if descending else key.asc()
         tie = Response.session_id.desc() if descending else Response.session_id.asc()
-        query = query.order_by(ordered.nulls_last(), tie).offset(offset).limit(limit)
-        rows = (await self.session.execute(query)).all()
+        page = query.order_by(ordered.nulls_last(), tie).offset(offset).limit(limit).subquery()
+        if ranks_by_lost:
+            page_lost: ColumnElement[Any] = page.c.lost
+            rows_query = select(page)
+        else:
+            # The page's sessions only: at most ``limit`` sessions' accounts are read.
+            of_page = (
+                select(Response.session_id, lost.label("lost"))
+                .where(
+                    Response.tenant_id == tenant_id,
+                    Response.session_id.in_(select(page.c.session_id)),
+                )
+                .group_by(Response.session_id)
+                .subquery()
+            )
+            page_lost = func.coalesce(of_page.c.lost, 0)
+            rows_query = select(page, page_lost.label("lost")).outerjoin(
+                of_page, of_page.c.session_id == page.c.session_id
+            )
+        outer_key = page.c.sort_key.desc() if descending else page.c.sort_key.asc()
+        outer_tie = page.c.session_id.desc() if descending else page.c.session_id.asc()
+        rows = (
+            (await self.session.execute(rows_query.order_by(outer_key.nulls_last(), outer_tie)))
+            .mappings()
+            .all()
+        )
         summaries = [
             SessionSummary(
-                session_id=row[0],
-                turns=int(row[1]),
-                first_at=row[2],
-                last_at=row[3],
-                input_tokens=int(row[4]),
-                cached_tokens=int(row[5]),
-                output_tokens=int(row[6]),
-                lost_tokens=int(row[7]),
-                conversation_id=row[8],
-                last_response_id=row[9],
+                session_id=row["session_id"],
+                turns=int(row["turns"]),
+                first_at=row["first_at"],
+                last_at=row["last_at"],
+                input_tokens=int(row["input_tokens"]),
+                cached_tokens=int(row["cached_tokens"]),
+                output_tokens=int(row["output_tokens"]),
+                lost_tokens=int(row["lost"]),
+                conversation_id=row["conversation_id"],
+                last_response_id=row["last_response_id"],
             )
             for row in rows
         ]
-        return SessionPage(summaries, int(rows[0][10]) if rows else 0)
+        return SessionPage(summaries, int(rows[0]["total"]) if rows else 0)
 
     async def conversation_metadata(
         self, tenant_id: str, conversation_ids: Sequence[str]

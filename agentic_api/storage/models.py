@@ -74,6 +74,17 @@ class AdminKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
 
+class ConsoleLogout(Base):
+    """A console session that logged out (its cookie's nonce), kept until that cookie
+    would have expired anyway."""
+
+    __tablename__ = "console_logouts"
+    __table_args__ = (Index(None, "expires_at"),)
+
+    nonce: Mapped[str] = mapped_column(ID, primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
 class Conversation(Base):
     __tablename__ = "conversations"
     __table_args__ = (Index(None, "tenant_id", "updated_at"),)
@@ -115,6 +126,7 @@ class Response(Base):
         Index(None, "tenant_id", "created_at"),
         Index(None, "tenant_id", "conversation_id"),
         Index(None, "previous_response_id"),
+        Index(None, "tenant_id", "session_id", "id"),
     )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)

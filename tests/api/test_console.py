@@ -148,6 +148,22 @@ def test_login_cookie_flags_and_logout(server: RunningServer, admin_key: str) ->
         assert http.get("/console").status_code == 303
 
 
+def test_logout_ends_the_session_for_a_copied_cookie(server: RunningServer, admin_key: str) -> None:
+    with log_in(server.url, admin_key) as http, log_in(server.url, admin_key) as other:
+        copied = http.cookies["agentic_console"]
+        page = ok(http.get("/console"))
+        logout = http.post("/console/logout", data={"csrf_token": csrf_token(page)})
+        assert logout.status_code == 303
+        with httpx.Client(base_url=server.url, timeout=20) as thief:
+            thief.cookies.set("agentic_console", copied, path="/console")
+            assert thief.get("/console").status_code == 303
+            # Logging out twice changes nothing and opens nothing.
+            assert thief.post("/console/logout", data={}).status_code == 303
+            assert thief.get("/console").status_code == 303
+        # Only that session ended: another login with the same key still opens pages.
+        ok(other.get("/console"))
+
+
 def test_cookie_is_secure_behind_tls(server: RunningServer, admin_key: str) -> None:
     # uvicorn takes the scheme from X-Forwarded-Proto of a trusted (loopback) proxy.
     tls = {"X-Forwarded-Proto": "https"}
@@ -428,6 +444,33 @@ def test_tenant_totals_equal_the_admin_cache_stats(
     for field in ("turns", "input_tokens", "cached_tokens", "output_tokens"):
         assert shown[field] == number(stats[field])
     assert shown["hit_ratio"] == f"{stats['hit_ratio'] * 100:.1f}%"
+
+
+def test_session_rows_equal_the_admin_timeline_whatever_the_sort(
+    console: httpx.Client, admin: httpx.Client, client: OpenAI, sim: SimServer, tenant: TenantKeys
+) -> None:
+    conversation = client.conversations.create()
+    for turn in range(3):
+        sim.push(Reply(f"Answer {turn} with enough words to fill a block or two of tokens."))
+        if turn == 2:
+            sim.state.cache.clear()  # the last turn loses its prefix: lost tokens
+        client.responses.create(
+            model=MODEL, input=f"Question {turn}?", conversation=conversation.id
+        )
+    turns = api(admin.get(f"/tenants/{tenant.id}/conversations/{conversation.id}/timeline"))["data"]
+    lost = sum(sum(t["tokens"]["lost"].values()) for t in turns if t["tokens"])
+    assert lost > 0
+    expected = {
+        "turns": number(len(turns)),
+        "input_tokens": number(sum(t["usage"]["input_tokens"] for t in turns)),
+        "cached_tokens": number(sum(t["usage"]["cached_tokens"] for t in turns)),
+        "lost_tokens": number(lost),
+    }
+    # The default sort sums lost tokens for the page's sessions only; the lost-tokens sort
+    # and the lossy filter for every session: both must show the same row.
+    for params in ({}, {"sort": "turns"}, {"sort": "lost_tokens"}, {"lossy": "1"}):
+        shown = cells(ok(console.get(f"/console/tenants/{tenant.id}", params=params)))
+        assert shown[conversation.id] == expected, params
 
 
 def test_lineage_page_shows_the_admin_tree_with_its_fork(

@@ -25,21 +25,13 @@ from openai.types.responses import FunctionToolParam
 from playwright.sync_api import Dialog, sync_playwright
 
 from tests.support.console import cells, number
+from tests.support.console_browser import CHROMIUM, CHROMIUM_ARGS
 from tests.support.processes import Process, process_env
 from tests.support.tenants import create_admin_key, create_tenant
 from tests.upstream_sim import Reply, SimServer
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 MODEL = "sim-model"
 BLOCK = 16
 CAPACITY_BLOCKS = 40

@@ -44,8 +44,8 @@ def log_in(base_url: str, admin_key: str) -> Iterator[httpx.Client]:
 
 
 class _Cells(HTMLParser):
-    """Collects, per ``data-turn`` (or ``data-node``) row, the text of its ``data-field``
-    cells; fields outside any row go under ""."""
+    """Collects, per ``data-turn`` (or ``data-session``) row, the text of its
+    ``data-field`` cells; fields outside any row go under ""."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -60,8 +60,9 @@ class _Cells(HTMLParser):
             return
         self._depth += 1
         values = dict(attrs)
-        if values.get("data-turn"):
-            self._row = values["data-turn"] or ""
+        row = values.get("data-turn") or values.get("data-session")
+        if row:
+            self._row = row
             self._row_depth = self._depth
         if values.get("data-field"):
             self._field.append((values["data-field"] or "", self._depth))

@@ -1,9 +1,10 @@
 """Who is looking, and whether a form really comes from a console page.
 
 A page is shown only to a valid login (``login_session``) whose admin key is still
-active. A form post must come from this origin (``Sec-Fetch-Site`` / ``Origin``, when the
-browser sends them) *and* carry the session's CSRF token: either alone would stop the
-usual cross-site post, both together also stop a browser that omits the headers.
+active and that has not logged out. A form post must come from this origin
+(``Sec-Fetch-Site`` / ``Origin``, when the browser sends them) *and* carry the session's
+CSRF token: either alone would stop the usual cross-site post, both together also stop a
+browser that omits the headers.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from starlette.requests import Request
 
 from agentic_api.http.auth import services_of
 from agentic_api.http.console.login_session import SESSION_COOKIE, ConsoleLogin, SessionSigner
-from agentic_api.serving.console.access import admin_key_active
+from agentic_api.serving.console.access import login_active
 
 # A console form has a handful of fields; anything bigger is not one of ours.
 _MAX_FORM_BYTES = 4096
@@ -43,7 +44,7 @@ def is_tls(request: Request) -> bool:
 async def viewer(request: Request) -> Viewer | None:
     sign = signer(request)
     login = sign.read(request.cookies.get(SESSION_COOKIE), now=now())
-    if login is None or not await admin_key_active(services_of(request), login.key_id):
+    if login is None or not await login_active(services_of(request), login.key_id, login.nonce):
         return None
     return Viewer(login, sign.csrf_token(login))
 

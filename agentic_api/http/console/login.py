@@ -9,7 +9,7 @@ from agentic_api.http.auth import services_of
 from agentic_api.http.console.gate import form_fields, is_tls, now, same_origin, signer, viewer
 from agentic_api.http.console.login_session import LOGIN_COOKIE, LOGIN_SECONDS, SESSION_COOKIE
 from agentic_api.http.console.render import page, redirect
-from agentic_api.serving.console.access import admin_key_for, console_open
+from agentic_api.serving.console.access import admin_key_for, console_open, end_login
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -103,6 +103,9 @@ async def logout(request: Request) -> Response:
         or not signer(request).csrf_ok(who.login, fields.get("csrf_token"))
     ):
         return page(request, "error.html", viewer=who, status=403, message="Forged logout refused.")
+    if who is not None:
+        # Recorded before the cookie is cleared: a copy of it is refused from now on too.
+        await end_login(services_of(request), who.login.nonce, expires=who.login.expires, now=now())
     response = redirect("/console/login")
     _forget(request, response, SESSION_COOKIE)
     return response

@@ -1,6 +1,9 @@
-"""Who may open the console: an active admin key, and only while one exists."""
+"""Who may open the console: an active admin key, and only while one exists; and the
+logouts that end a console session."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from agentic_api.services import Services
 from agentic_api.storage.console import ConsoleRepository
@@ -19,8 +22,19 @@ async def admin_key_for(services: Services, plaintext: str) -> str | None:
         return await ConsoleRepository(session).admin_key_id(plaintext)
 
 
-async def admin_key_active(services: Services, key_id: str) -> bool:
-    """Whether the key a login was made with is still active (a revoked key ends every
-    console session opened with it)."""
+async def login_active(services: Services, key_id: str, nonce: str) -> bool:
+    """Whether a login still counts: the key it was made with is still active (a revoked
+    key ends every console session opened with it) and this session has not logged out."""
     async with services.db.read() as session:
-        return await ConsoleRepository(session).admin_key_active(key_id)
+        return await ConsoleRepository(session).login_active(key_id, nonce)
+
+
+async def end_login(services: Services, nonce: str, *, expires: int, now: int) -> None:
+    """Log one console session out in every process: its cookie, copied or not, is
+    refused from now on."""
+    async with services.db.write() as session:
+        await ConsoleRepository(session).end_login(
+            nonce,
+            expires_at=datetime.fromtimestamp(expires, UTC),
+            now=datetime.fromtimestamp(now, UTC),
+        )
