@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -58,7 +59,14 @@ def _settings() -> Settings:
         raise
 
 
-def _require_schema(settings: Settings) -> None:
+# How long ``serve`` and ``worker`` wait for a database they cannot reach at start (a
+# PostgreSQL restarting, or started alongside them) before refusing: a replica restarted
+# during a short outage comes up when it ends instead of exiting. A wrong schema is
+# refused at once.
+START_WAIT_SECONDS = 60.0
+
+
+def _require_schema(settings: Settings, *, wait_seconds: float = 0.0) -> None:
     """Refuses, in one line, unless the database is at this release's schema; an embedded
     SQLite (or ``AGENTIC_AUTO_MIGRATE``) is migrated first, unless its schema is newer
     than this release knows (nothing migrates down by itself)."""
@@ -67,12 +75,34 @@ def _require_schema(settings: Settings) -> None:
     url = settings.resolved_database_url
     if settings.is_sqlite:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    problem = schema_problem(_reached(_stored_revisions(url)))
+    problem = schema_problem(_revisions_waiting(url, wait_seconds))
     if problem is not None and settings.should_auto_migrate and not problem.newer:
         _reached_sync(lambda: upgrade(url))
         problem = schema_problem(_reached(_stored_revisions(url)))
     if problem is not None:
         _fail(str(problem))
+
+
+def _revisions_waiting(url: str, wait_seconds: float) -> frozenset[str] | None:
+    """The stored revisions, retried once a second while the database cannot be reached,
+    for up to ``wait_seconds`` (said once on stderr), then refused as ``_reached`` does."""
+    from agentic_api.storage.errors import DatabaseUnavailable
+
+    deadline = time.monotonic() + wait_seconds
+    waiting = False
+    while time.monotonic() < deadline:
+        try:
+            return asyncio.run(_stored_revisions(url))
+        except (OSError, DatabaseUnavailable) as exc:
+            if not waiting:
+                cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) else exc
+                typer.echo(
+                    f"waiting up to {wait_seconds:.0f} s for the database: {cause or exc}",
+                    err=True,
+                )
+                waiting = True
+            time.sleep(1.0)
+    return _reached(_stored_revisions(url))
 
 
 async def _stored_revisions(url: str) -> frozenset[str] | None:
@@ -167,7 +197,7 @@ def serve(
     except ConfigError as exc:
         _fail(str(exc), 2)
         return
-    _require_schema(settings)
+    _require_schema(settings, wait_seconds=START_WAIT_SECONDS)
     configure_logging(settings.log_format, settings.log_level)
     plan = plan_workers(settings.http_workers, endpoints, available_cpus())
     log.info("http workers", workers=plan.count, reason=plan.reason)
@@ -240,7 +270,7 @@ def worker(
     except ConfigError as exc:
         _fail(str(exc), 2)
         return
-    _require_schema(settings)
+    _require_schema(settings, wait_seconds=START_WAIT_SECONDS)
     asyncio.run(run_workers(settings, workers or max(settings.background_workers, 1)))
 
 

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from agentic_api.errors import ApiError, Conflict, InvalidRequest, Unprocessable
 from agentic_api.log import get_logger
 from agentic_api.storage.database import Database
+from agentic_api.storage.fault_log import DATABASE_STATES, log_step_failure
 from agentic_api.storage.idempotency import (
     COMPLETED,
     IdempotencyRepository,
@@ -49,8 +50,14 @@ T = TypeVar("T")
 RESPONSES = "responses"
 CONVERSATION_ITEMS = "conversation_items"
 # Mid-stream failures are stored; their HTTP status is derived from the stored code when
-# the outcome is recorded (they are all upstream failures: timeouts 504, the rest 502).
-_FAILURE_STATUS = {"upstream_timeout": 504, "commit_failed": 500}
+# the outcome is recorded: upstream timeouts 504, a refused commit 500, the database's own
+# states (lost, busy, full: a keyed replay tells the same truth as the first answer) their
+# 503; every other code is an upstream failure, 502.
+_FAILURE_STATUS = {
+    "upstream_timeout": 504,
+    "commit_failed": 500,
+    **{state.code: state.status_code for state in DATABASE_STATES if state.code is not None},
+}
 
 
 def request_hash(value: Any) -> str:
@@ -132,17 +139,19 @@ class Claim:
             async with self.db.write() as session:
                 outcome = Outcome("json", refused.status_code, refused.body(), None)
                 await self.complete_in(session, outcome)
-        except Exception:
+        except Exception as exc:
             # Taken over meanwhile, or the database failed: the key is released instead.
-            log.exception("could not record a refusal", endpoint=self.ref.endpoint)
+            log_step_failure(log, "could not record a refusal", exc, endpoint=self.ref.endpoint)
 
     async def release(self) -> None:
         try:
             async with self.db.write() as session:
                 await IdempotencyRepository(session).release(self.ref, self.token)
-        except Exception:
+        except Exception as exc:
             # The lease runs out on its own; a retry then takes the key over.
-            log.exception("could not release an idempotency key", endpoint=self.ref.endpoint)
+            log_step_failure(
+                log, "could not release an idempotency key", exc, endpoint=self.ref.endpoint
+            )
 
     async def _renew_until_cancelled(self) -> None:
         while True:
@@ -152,8 +161,10 @@ class Claim:
                     renewed = await IdempotencyRepository(session).renew(
                         self.ref, self.token, utcnow() + timedelta(seconds=self.lease_seconds)
                     )
-            except Exception:
-                log.exception("could not renew an idempotency key", endpoint=self.ref.endpoint)
+            except Exception as exc:
+                log_step_failure(
+                    log, "could not renew an idempotency key", exc, endpoint=self.ref.endpoint
+                )
                 continue
             if not renewed:
                 return

@@ -22,6 +22,7 @@ from typing import Any
 
 from agentic_api.log import get_logger
 from agentic_api.storage.database import Database
+from agentic_api.storage.fault_log import log_step_failure
 from agentic_api.storage.jobs import ClaimedJob, JobRepository
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.storage.types import utcnow
@@ -111,10 +112,12 @@ class JobEvents(TurnChannel):
                     checked = now
                 else:
                     continue
-            except Exception:
+            except Exception as exc:
                 # A busy or unreachable database: keep the events and try again; if it
                 # lasts past the lease the job is recovered and this claim is fenced off.
-                log.exception("could not store background events", response_id=self.job.response_id)
+                log_step_failure(
+                    log, "could not store background events", exc, response_id=self.job.response_id
+                )
                 continue
             if not held:
                 log.info("background job lost its claim", response_id=self.job.response_id)

@@ -34,6 +34,7 @@ from agentic_api.errors import ApiError, Conflict
 from agentic_api.log import get_logger
 from agentic_api.metrics import BACKGROUND_QUEUE_DEPTH, BACKGROUND_RECOVERED
 from agentic_api.services import Services
+from agentic_api.storage.fault_log import log_step_failure
 from agentic_api.storage.idempotency import IdempotencyRepository
 from agentic_api.storage.jobs import ClaimedJob, JobRepository
 from agentic_api.storage.models import Response
@@ -107,15 +108,17 @@ class BackgroundWorkers:
         while not self._stopping:
             try:
                 job = await self._claim(worker_id)
-            except Exception:
-                log.exception("could not claim a background job")
+            except Exception as exc:
+                log_step_failure(log, "could not claim a background job", exc)
                 job = None
             if job is not None:
                 try:
                     await run_job(self.services, job)
-                except Exception:
+                except Exception as exc:
                     # Its lease runs out and the sweep recovers it.
-                    log.exception("background job crashed", response_id=job.response_id)
+                    log_step_failure(
+                        log, "background job crashed", exc, response_id=job.response_id
+                    )
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wakeup.wait(), poll)
@@ -152,8 +155,8 @@ class BackgroundWorkers:
                         await IdempotencyRepository(session).prune(utcnow())
                         await TokenArtifactRepository(session).prune(utcnow() - retention)
                     pruned = time.monotonic()
-            except Exception:
-                log.exception("background sweep failed")
+            except Exception as exc:
+                log_step_failure(log, "background sweep failed", exc)
             await asyncio.sleep(interval)
 
 

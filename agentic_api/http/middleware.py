@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge
-from agentic_api.http.errors import error_body, unexpected_error_response
+from agentic_api.http.errors import error_body, error_response, unexpected_error_response
 from agentic_api.log import get_logger
 from agentic_api.metrics import observe_request
 from lineage import mint_id
@@ -109,6 +109,12 @@ class UnhandledErrorMiddleware:
 
         try:
             await self.app(scope, receive, tracking)
+        except ApiError as exc:
+            # Raised outside the routes (a middleware's own database read): it still
+            # deserves its own status and code, not an unhandled 500.
+            if started:
+                raise
+            await error_response(exc, path=scope["path"])(scope, receive, send)
         except Exception:
             if started:
                 raise

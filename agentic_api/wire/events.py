@@ -59,11 +59,11 @@ def socket_error_frame(error: ApiError, stream_id: str | None) -> dict[str, Any]
 
 def socket_event(event: dict[str, Any], stream_id: str | None) -> dict[str, Any]:
     """A stream event as a WebSocket frame: errors carry their details nested (as
-    OpenAI's do over the socket), and the lane's ``stream_id`` is echoed."""
+    OpenAI's do over the socket) and at the top (the SDK's stream error event, which
+    the socket's event union also holds), and the lane's ``stream_id`` is echoed."""
     if is_error_event(event) and "error" not in event:
         event = {
-            "type": vocabulary.ERROR,
-            "sequence_number": event.get("sequence_number"),
+            **event,
             "error": _nested(
                 vocabulary.SERVER_ERROR, event.get("code"), event.get("message"), event.get("param")
             ),

@@ -9,7 +9,8 @@ same transaction) and the client gets the response; not stored, the client is to
 (and the key's claim is released, so a keyed retry runs the turn again); not readable,
 the client is told that it could not be confirmed. A full disk rolled the transaction back
 whole: nothing was stored, and storing the failure would need the disk too. Any other
-failure is the database refusing this commit: the turn is stored as failed, as before.
+failure is the database refusing this commit: the turn is stored as failed, as before; and
+if storing the failure fails too, the client is told what the read-back found instead.
 """
 
 from __future__ import annotations
@@ -106,6 +107,34 @@ async def settle_failed_commit(
             "and it was not saved: its output is lost and it cannot be continued. Retry "
             "the request."
         ),
+    )
+
+
+async def settle_unrecorded_failure(
+    db: Database, turn: PreparedTurn, failure: ApiError
+) -> ApiError:
+    """What to tell the client when storing a failed turn failed too (the database went
+    away meanwhile): the failure as it is if the row landed after all, otherwise the same
+    failure saying that nothing was stored (a refused commit, whose own answer would say
+    "stored as failed", becomes the database's 503)."""
+    status = await _read_back(db, turn)
+    if status == "failed":
+        return failure
+    if status is _UNREADABLE:
+        told = "and whether the failure was recorded is unknown (the database did not answer)"
+    else:
+        told = "and nothing of it was stored (the database failed meanwhile)"
+    log.warning("failed response not recorded", response_id=turn.response_id, told=told)
+    if failure.code == "commit_failed":
+        return DatabaseUnavailable(
+            f"The response could not be saved, {told}: its output is lost. Retry the request."
+        )
+    return ApiError(
+        f"{failure.message.rstrip('.')}; {told}.",
+        status_code=failure.status_code,
+        error_type=failure.error_type,
+        code=failure.code,
+        param=failure.param,
     )
 
 

@@ -16,7 +16,10 @@ from agentic_api.services import Services
 from agentic_api.storage.errors import nothing_written
 from agentic_api.turns.data.token_plan import TokenRecord
 from agentic_api.turns.runner.commit import commit_turn
-from agentic_api.turns.runner.commit_readback import settle_failed_commit
+from agentic_api.turns.runner.commit_readback import (
+    settle_failed_commit,
+    settle_unrecorded_failure,
+)
 from agentic_api.turns.runner.in_progress import TurnInProgress
 from agentic_api.turns.runner.tokens import after_commit, cancel_parent_read, settle_tokens
 from agentic_api.wire.events import error_event, stamped, terminal_event
@@ -165,36 +168,59 @@ async def fail_turn(run: TurnInProgress, failure: ApiError, *, record: bool = Tr
     run.upstream_over()
     cancel_parent_read(run.tokens)
     log.warning("turn failed", response_id=turn.response_id, reason=failure.message)
-    final = finish_response(
-        relay.base,
+    error = relay.stamp(error_event(failure))
+    final = _failed_object(run, failure)
+    terminal = relay.stamp(terminal_event(final))
+    if turn.request.store and record and not await _recorded(run, final, error, terminal, failure):
+        # The failure says what was stored; it was not, so the client is told so instead
+        # (same sequence numbers: nothing of the first story was sent).
+        failure = await settle_unrecorded_failure(services.db, turn, failure)
+        error = stamped(error_event(failure), error["sequence_number"])
+        final = _failed_object(run, failure)
+        terminal = stamped(terminal_event(final), terminal["sequence_number"])
+    emit(error)
+    emit(terminal)
+    raise TurnFailed(final, failure)
+
+
+def _failed_object(run: TurnInProgress, failure: ApiError) -> dict[str, Any]:
+    return finish_response(
+        run.relay.base,
         status="failed",
         output=[],
         usage=None,
         completed_at=None,
         error=response_error(failure),
     )
-    emit(relay.stamp(error_event(failure)))
-    terminal = relay.stamp(terminal_event(final))
-    if turn.request.store and record:
-        try:
-            await commit_turn(
-                services.db,
-                turn,
-                final,
-                [],
-                [*run.events, terminal] if turn.records_events else None,
-                histories=services.histories,
-                hooks=run.hooks,
-                failure=failure.body()["error"],
-                serialized=run.serialized,
-            )
-        except ApiError as refused:  # the database's state (busy, lost, full): said once
-            log.warning(
-                "could not record the failed response",
-                response_id=turn.response_id,
-                code=refused.code,
-            )
-        except Exception:
-            log.exception("could not record the failed response", response_id=turn.response_id)
-    emit(terminal)
-    raise TurnFailed(final, failure)
+
+
+async def _recorded(
+    run: TurnInProgress,
+    final: dict[str, Any],
+    error: dict[str, Any],
+    terminal: dict[str, Any],
+    failure: ApiError,
+) -> bool:
+    """Stores the failed turn (input only: never a checkpoint); whether it was."""
+    turn = run.turn
+    try:
+        await commit_turn(
+            run.services.db,
+            turn,
+            final,
+            [],
+            [*run.events, error, terminal] if turn.records_events else None,
+            histories=run.services.histories,
+            hooks=run.hooks,
+            failure=failure.body()["error"],
+            serialized=run.serialized,
+        )
+    except ApiError as refused:  # the database's state (busy, lost, full): said once
+        log.warning(
+            "could not record the failed response", response_id=turn.response_id, code=refused.code
+        )
+        return False
+    except Exception:
+        log.exception("could not record the failed response", response_id=turn.response_id)
+        return False
+    return True

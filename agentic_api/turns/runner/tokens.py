@@ -31,6 +31,7 @@ from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
 from agentic_api.metrics import record_token_account
 from agentic_api.services import Services
+from agentic_api.storage.fault_log import log_step_failure
 from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.turns.data.prepared import PreparedTurn
@@ -290,8 +291,10 @@ async def _decode_divergence(services: Services, turn: PreparedTurn, made: Token
     try:
         async with services.db.write() as session:
             await TokenArtifactRepository(session).set_account(turn.response_id, stored)
-    except Exception:
-        log.exception("could not store the decoded divergence", response_id=turn.response_id)
+    except Exception as exc:
+        log_step_failure(
+            log, "could not store the decoded divergence", exc, response_id=turn.response_id
+        )
 
 
 def cancel_parent_read(plan: TokenPlan | None) -> None:
