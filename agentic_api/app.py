@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from agentic_api import __version__
+from agentic_api import __version__, tracing
 from agentic_api.background.worker import BackgroundWorkers
 from agentic_api.cache.recent import RecentArtifacts
 from agentic_api.cache.residency.endpoints import Endpoint, EndpointError, parse_endpoints
@@ -203,6 +203,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        traced = tracing.configure_from_environment()
         services = await build_services(settings)
         app.state.services = services
         app.state.key_cache = KeyCache()
@@ -235,6 +236,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await services.close()
             # One of several `serve` workers: its in-flight gauges leave the server's sums.
             mark_this_process_dead()
+            if traced:
+                # Sends the spans still batched before the process ends.
+                tracing.uninstall()
             log.info("stopped")
 
     app = FastAPI(
@@ -280,4 +284,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Inside the request id (the 500 carries it and is logged as one), outside the rest.
     app.add_middleware(UnhandledErrorMiddleware)
     app.add_middleware(RequestContextMiddleware)
+    # Outermost: a turn's server span covers all of its request, its stream included.
+    app.add_middleware(tracing.ServerSpans)
     return app

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from functools import wraps
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -32,7 +32,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -191,8 +193,38 @@ def exposition() -> bytes:
     # A fresh registry each time, as prometheus-client prescribes: the collector reads the
     # files as they are now. (Its multiprocess module is untyped.)
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(directory))  # type: ignore[no-untyped-call]
+    registry.register(_EveryWorkersFamilies(directory))
     return generate_latest(registry)
+
+
+class _EveryWorkersFamilies(Collector):
+    """The workers' files merged, then every family of ours that no worker observed yet,
+    listed without samples.
+
+    The files only know what some worker observed, so a labelled family (cached tokens,
+    token accounts) would be missing until its first turn with several workers, while one
+    worker lists it from start-up: an ``absent()`` alert would then depend on the worker
+    count."""
+
+    def __init__(self, directory: Path) -> None:
+        # Not registered anywhere: this collector asks it. (Its module is untyped.)
+        self._files = MultiProcessCollector(None, path=str(directory))  # type: ignore[no-untyped-call]
+
+    def collect(self) -> Iterator[Metric]:
+        observed: set[str] = set()
+        for family in self._files.collect():  # type: ignore[no-untyped-call]
+            observed.add(family.name)
+            yield family
+        for family in _our_families():
+            if family.name not in observed:
+                yield family
+
+
+def _our_families() -> Iterator[Metric]:
+    """This module's metric families (the server's own), described: name, help and type."""
+    for value in tuple(globals().values()):
+        if isinstance(value, Counter | Gauge | Histogram):
+            yield from value.describe()
 
 
 def mark_this_process_dead() -> None:

@@ -23,11 +23,13 @@ import secrets
 import socket
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from opentelemetry.trace import SpanKind
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from agentic_api import tracing
 from agentic_api.background.job_events import JobEvents
 from agentic_api.background.queue import fail_job
 from agentic_api.errors import ApiError, Conflict
@@ -169,6 +171,21 @@ async def run_job(services: Services, job: ClaimedJob) -> None:
         inputs = await responses.stored_input(job.response_id)
     if row is None:
         return
+    # A job's turn has no request to run under: its trace starts here, with its time queued.
+    with tracing.span("background turn", kind=SpanKind.CONSUMER):
+        tracing.queue_wait(_nanoseconds(row.created_at))
+        await _run_claimed(services, job, row, inputs)
+
+
+def _nanoseconds(moment: datetime) -> int:
+    # As storage/types.py:to_unix reads a stored time, to the nanosecond.
+    return int(moment.timestamp() * 1_000_000_000)
+
+
+async def _run_claimed(
+    services: Services, job: ClaimedJob, row: Response, inputs: Sequence[StoredItem]
+) -> None:
+    db = services.db
     try:
         turn = await _prepare(services, row, inputs)
     except Exception as exc:

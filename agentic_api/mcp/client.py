@@ -30,6 +30,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
+from agentic_api import tracing
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
 from agentic_api.mcp.specs import McpServer
@@ -216,6 +217,21 @@ class McpConnection:
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> CallOutcome:
         """Runs one call to its end; failures come back as an outcome with ``error``."""
+        # Its name and server only: the arguments and result may hold anything.
+        with tracing.span(
+            f"execute_tool {name}",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "agentic.mcp.server_label": self.server.server_label,
+            },
+        ) as traced:
+            outcome = await self._call_tool(name, arguments)
+            if outcome.failed:
+                traced.set_attribute("error.type", "tool_error")
+            return outcome
+
+    async def _call_tool(self, name: str, arguments: Mapping[str, Any]) -> CallOutcome:
         started = time.monotonic()
         self._http_status = None
         timed_out = wire.protocol_error(

@@ -9,6 +9,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
+from agentic_api import tracing
 from agentic_api.errors import ApiError
 from agentic_api.services import Services
 from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
@@ -63,6 +64,11 @@ def begin_turn(
 async def run_begun(run: TurnInProgress) -> dict[str, Any]:
     """``run_turn``'s work, for a turn whose in-progress state its caller keeps."""
     turn, channel = run.turn, run.channel
+    # The turn's attributes go on the span it runs under: its request's server span, or
+    # its background job's.
+    traced = tracing.current()
+    tracing.record_request(traced, turn.request.model, turn.request.conversation_id)
+    tracing.record_turn(traced, session_id=turn.lineage.session_id)
     residency = run.services.residency
     if residency is not None:
         # Before the upstream call: were the session's blocks evicted while it was idle?
@@ -76,8 +82,10 @@ async def run_begun(run: TurnInProgress) -> dict[str, Any]:
             else:
                 ending = await run_plain_turn(run)
             final = await end_turn(run, ending)
+        tracing.record_response(traced, final)
         return run.meter.finished(final)
     except TurnFailed as failed:
+        tracing.record_response(traced, failed.response)
         run.meter.finished(failed.response)
         raise
     except ApiError as exc:

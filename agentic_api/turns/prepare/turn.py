@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from agentic_api import tracing
 from agentic_api.errors import InvalidRequest
 from agentic_api.mcp.specs import McpServer, has_secrets, parse_servers, redact_tools
 from agentic_api.services import Services
@@ -64,7 +65,9 @@ async def prepare_turn(
     else:
         response_id = mint_id(IdKind.RESPONSE)
         new_input = [to_item(v) for v in normalize_input(request.input, assign_ids=request.store)]
-    continued = await _continued(services, caller, request, new_input, local)
+    with tracing.span("rehydrate") as rehydrating:
+        continued = await _continued(services, caller, request, new_input, local)
+        rehydrating.set_attribute("agentic.history.items", len(continued.history))
     history, parent = continued.history, continued.parent
     check_tool_outputs(history, new_input)
     approvals = resolve_approvals(history, new_input)
@@ -105,6 +108,12 @@ async def prepare_turn(
     )
     add_agentic_context(fields, lineage, request, agentic_context_of(services.settings))
     prompt = [*history, *new_input]
+    with tracing.span("render"):
+        body = (
+            summary_body(fields, prompt, request.max_output_tokens)
+            if compacts
+            else render_body(fields, prompt)
+        )
     return PreparedTurn(
         caller=caller,
         request=request,
@@ -122,11 +131,7 @@ async def prepare_turn(
             created_at=created_at,
             conversation_id=request.conversation_id,
         ),
-        body=(
-            summary_body(fields, prompt, request.max_output_tokens)
-            if compacts
-            else render_body(fields, prompt)
-        ),
+        body=body,
         headers=upstream_headers(lineage),
         conversation=continued.conversation,
         history_digest=continued.history_digest,

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from agentic_api import tracing
 from agentic_api.metrics import COMMIT_DURATION, timed
 from agentic_api.storage.conversations import NewConversationItem
 from agentic_api.storage.database import Database
@@ -134,10 +135,11 @@ async def commit_turn(
     touches_only_itself = (
         row.conversation_position is None and turn.reservation is None and not hooks.steps
     )
-    if touches_only_itself:
-        await db.turns.insert(row, items, stored_events, artifact)
-    else:
-        await _commit_with_the_rest(db, turn, hooks, row, items, stored_events, artifact)
+    with tracing.span("commit", attributes={"agentic.commit.items": len(items)}):
+        if touches_only_itself:
+            await db.turns.insert(row, items, stored_events, artifact)
+        else:
+            await _commit_with_the_rest(db, turn, hooks, row, items, stored_events, artifact)
     if row.prefix_digest is not None:
         histories.keep(row.id, digest=row.prefix_digest, session_id=row.session_id, items=visible)
 

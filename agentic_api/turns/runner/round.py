@@ -19,11 +19,13 @@ they come, else one JSON call. The rule:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import orjson
+from opentelemetry.trace import SpanKind
 
+from agentic_api import tracing
 from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.turns.runner.in_progress import TurnInProgress
 from agentic_api.turns.runner.relay import StreamRelay
@@ -39,9 +41,23 @@ async def upstream_round(
     formed (the relay then holds its final object), else the failure to store. ``on_event``
     gets each streamed event (it relays what the client should see). Raises the refusal
     (see the module)."""
+    model = run.turn.request.model
+    with tracing.span(f"chat {model}", kind=SpanKind.CLIENT) as traced:
+        tracing.record_request(traced, model, run.turn.request.conversation_id)
+        tracing.record_input(traced, body)
+        failure = await _round(run, body, on_event, tracing.with_traceparent(run.turn.headers))
+        tracing.record_response(traced, run.relay.upstream_final)
+        return failure
+
+
+async def _round(
+    run: TurnInProgress,
+    body: bytes,
+    on_event: Callable[[dict[str, Any]], None],
+    headers: Mapping[str, str],
+) -> ApiError | None:
     relay = run.relay
     upstream = run.services.upstream
-    headers = run.turn.headers
     failure: ApiError | None = None
     if run.streaming:
         accepted = False

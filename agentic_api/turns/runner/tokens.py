@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from agentic_api import tracing
 from agentic_api.cache.accounting import (
     Cause,
     Continuation,
@@ -257,6 +258,14 @@ def after_commit(
     if record.kept is not None:
         services.artifacts.keep(record.kept)
     made = record.account
+    tracing.record_token_account(
+        tracing.current(),
+        status=made.status.value,
+        reusable=made.reusable_tokens,
+        expected=made.expected_cached,
+        measured=made.measured_cached,
+        lost={cause.value: tokens for cause, tokens in made.lost.items()},
+    )
     record_token_account(
         turn.request.model,
         turn.caller.tenant_id,
