@@ -84,6 +84,12 @@ class Settings(BaseSettings):
         "prefix reuse against them: off; auto (when the upstream can tell, detected at "
         "start); required (start-up fails unless the upstream returns token ids).",
     )
+    prompt_cache_diagnostics_default: bool = Field(
+        False,
+        description="Answer prompt_cache_diagnostics for every continuation, against its "
+        "parent, even when the client did not ask (prompt_cache_options."
+        "comparison_response_id); off, as OpenAI answers only when asked.",
+    )
     token_artifact_retention_seconds: float = Field(
         7 * 86400.0,
         gt=0,

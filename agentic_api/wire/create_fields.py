@@ -66,6 +66,14 @@ def _only_value(param: str, accepted: tuple[Any, ...]) -> Callable[[Any], None]:
     return check
 
 
+def _every(*checks: Callable[[Any], None]) -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        for one in checks:
+            one(value)
+
+    return check
+
+
 FIELDS: dict[str, FieldPolicy] = {
     "access_programs": FieldPolicy(
         "refused", "OpenAI's domain access programs; no open-weight server has them"
@@ -107,7 +115,16 @@ FIELDS: dict[str, FieldPolicy] = {
         "ours", "the session coordinate of a chain's root; forwarded (vLLM ignores it)"
     ),
     "prompt_cache_options": FieldPolicy(
-        "refused", "prompt cache diagnostics and options are not implemented yet"
+        "ours",
+        "comparison_response_id answers prompt_cache_diagnostics against any of the "
+        "tenant's responses; mode 'implicit' and ttl '30m' only (vLLM caches every full "
+        "block until evicted: no breakpoints, no lifetimes; echoed, not enforced); "
+        "'explicit', '12h' and prewarm: true are refused",
+        _every(
+            _only("prompt_cache_options", "mode", ("implicit",)),
+            _only("prompt_cache_options", "ttl", ("30m",)),
+            _only("prompt_cache_options", "prewarm", (False,)),
+        ),
     ),
     "prompt_cache_retention": FieldPolicy(
         "ours",

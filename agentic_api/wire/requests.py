@@ -28,6 +28,7 @@ from agentic_api.wire.limits import (
     MAX_TOOLS,
 )
 from agentic_api.wire.metadata import check_metadata
+from agentic_api.wire.prompt_cache import PromptCacheOptions
 from agentic_api.wire.storable import check_depth, check_no_nul, too_deep
 
 # Fields that shape our own behaviour and never travel upstream as given.
@@ -109,6 +110,8 @@ class CreateResponseRequest(BaseModel):
     include: list[str] | None = Field(None, max_length=MAX_INCLUDE_ENTRIES)
     metadata: dict[str, Any] | None = None
     prompt_cache_key: str | None = Field(None, max_length=MAX_PROMPT_CACHE_KEY_LENGTH, strict=True)
+    # Ours: never forwarded (vLLM has no such field; its prefix cache is automatic).
+    prompt_cache_options: PromptCacheOptions | None = None
     user: str | None = Field(None, strict=True)
     safety_identifier: str | None = Field(None, strict=True)
     service_tier: str | None = Field(None, strict=True)

@@ -208,6 +208,11 @@ def base_response(
         ),
         "previous_response_id": request.previous_response_id,
         "prompt_cache_key": request.prompt_cache_key,
+        # Known when the turn ends (turns/runner/cache_diagnostics.py); null until then.
+        "prompt_cache_diagnostics": None,
+        "prompt_cache_options": (
+            request.prompt_cache_options.echoed() if request.prompt_cache_options else None
+        ),
         "prompt_cache_retention": extra.get("prompt_cache_retention"),
         "reasoning": request.reasoning or dict(DEFAULT_REASONING),
         "safety_identifier": request.safety_identifier,

@@ -73,6 +73,9 @@ SAMPLES: dict[str, Any] = {
 # Values refused although the field is implemented for others.
 REFUSED_VALUES: list[tuple[str, Any, str]] = [
     ("image", {"context_compression": "enabled"}, "image.context_compression"),
+    ("prompt_cache_options", {"mode": "explicit"}, "prompt_cache_options.mode"),
+    ("prompt_cache_options", {"ttl": "12h"}, "prompt_cache_options.ttl"),
+    ("prompt_cache_options", {"prewarm": True}, "prompt_cache_options.prewarm"),
     ("prompt_cache_retention", "24h", "prompt_cache_retention"),
     ("service_tier", "priority", "service_tier"),
     ("service_tier", "flex", "service_tier"),
@@ -205,6 +208,56 @@ def test_bad_background_options_are_refused(
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"
     assert error["param"].startswith(param or "background_options")
+    assert sim.calls("/v1/responses") == 0
+    assert count_responses(server.db_url, tenant.id) == 0
+
+
+def test_prompt_cache_options_are_echoed_as_applied_and_not_sent_upstream(
+    client: OpenAI, sim: SimServer
+) -> None:
+    sent = client.responses.create(
+        model=MODEL, input="hello", prompt_cache_options={"mode": "implicit", "ttl": "30m"}
+    )
+    assert sent.prompt_cache_options is not None
+    assert sent.prompt_cache_options.model_dump() == {
+        "mode": "implicit",
+        "ttl": "30m",
+        "comparison_response_id": None,
+    }
+    # Only what the client asked for is echoed: no options, none applied.
+    plain = client.responses.create(model=MODEL, input="hello")
+    assert plain.prompt_cache_options is None
+    retrieved = client.responses.retrieve(sent.id)
+    assert retrieved.prompt_cache_options == sent.prompt_cache_options
+    assert all("prompt_cache_options" not in r.json for r in sim.requests("/v1/responses"))
+
+
+@pytest.mark.parametrize(
+    ("options", "param"),
+    [
+        ({"mode": "sometimes"}, "prompt_cache_options.mode"),
+        ({"ttl": "1h"}, "prompt_cache_options.ttl"),
+        ({"prewarm": "yes"}, "prompt_cache_options.prewarm"),
+        ({"comparison_response_id": ""}, "prompt_cache_options.comparison_response_id"),
+        ({"comparison_response_id": "r" * 65}, "prompt_cache_options.comparison_response_id"),
+        ({"comparison_response_id": "resp\x00"}, "prompt_cache_options.comparison_response_id"),
+        ({"breakpoints": 2}, "prompt_cache_options.breakpoints"),
+        ("implicit", "prompt_cache_options"),
+    ],
+)
+def test_bad_prompt_cache_options_are_refused(
+    options: Any, param: str, server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    response = httpx.post(
+        f"{server.url}/v1/responses",
+        json={"model": MODEL, "input": "x", "prompt_cache_options": options},
+        headers={"authorization": f"Bearer {tenant.api_key}"},
+        timeout=20,
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
     assert sim.calls("/v1/responses") == 0
     assert count_responses(server.db_url, tenant.id) == 0
 

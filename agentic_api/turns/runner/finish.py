@@ -15,6 +15,7 @@ from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.storage.errors import nothing_written
 from agentic_api.turns.data.token_plan import TokenRecord
+from agentic_api.turns.runner.cache_diagnostics import cache_diagnostics
 from agentic_api.turns.runner.commit import commit_turn
 from agentic_api.turns.runner.commit_readback import (
     settle_failed_commit,
@@ -86,6 +87,9 @@ async def complete_turn(
     services, turn, relay, emit = run.services, run.turn, run.relay, run.emit
     run.upstream_over()
     relay.adopt_sampling(upstream)
+    # The account is settled first: the object the client gets tells what it found.
+    tokens = await settle_tokens(services, turn, run.tokens, relay, model_output)
+    diagnostics = await cache_diagnostics(services, turn, run.tokens, tokens, relay)
     final = finish_response(
         relay.base,
         status=status,
@@ -94,8 +98,9 @@ async def complete_turn(
         completed_at=int(time.time()),
         incomplete_details=incomplete_details,
     )
+    if diagnostics is not None:
+        final["prompt_cache_diagnostics"] = diagnostics
     terminal = relay.stamp(terminal_event(final))
-    tokens = await settle_tokens(services, turn, run.tokens, relay, model_output)
     if turn.request.store:
         stored_events = [*run.events, terminal] if turn.records_events else None
         try:

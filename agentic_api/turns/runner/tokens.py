@@ -64,7 +64,7 @@ def attach_tokens(services: Services, turn: PreparedTurn) -> tuple[PreparedTurn,
     plan = TokenPlan(capabilities, services.tokens.block_size(capabilities), asked=True)
     if turn.parent is not None:
         plan.parent = asyncio.get_running_loop().create_task(
-            _parent_tokens(services, turn.caller.tenant_id, turn.parent)
+            stored_tokens(services, turn.caller.tenant_id, turn.parent)
         )
     if not turn.runs_tools:
         # The tool loop renders its own rounds (turns/kinds/tool_loop.py adds the field).
@@ -88,9 +88,10 @@ def _bind_tokenizer(turn: PreparedTurn, tokenizer: str) -> PreparedTurn:
     return bound
 
 
-async def _parent_tokens(
+async def stored_tokens(
     services: Services, tenant_id: str, parent: Response
 ) -> TokenArtifact | str:
+    """A stored response's exact tokens (its prompt and output ids), or why there are none."""
     kept = services.artifacts.get(tenant_id, parent.id)
     if kept is not None:
         return kept
@@ -318,4 +319,5 @@ __all__ = [
     "attach_tokens",
     "cancel_parent_read",
     "settle_tokens",
+    "stored_tokens",
 ]

@@ -1,0 +1,64 @@
+"""``prompt_cache_diagnostics`` on a real model (SmolLM2-135M-Instruct on CPU vLLM, the
+token-truth tier's model: its answers re-tokenize exactly, so a continuation can be a
+true hit). The oracle is vLLM's own ``cached_tokens``: a hit only where vLLM served the
+compared response's prefix, a miss naming the changed instructions otherwise.
+Run with ``pytest -m real_vllm tests/real_vllm/test_prompt_cache_diagnostics.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openai import OpenAI
+from openai.types.responses.response import (
+    PromptCacheDiagnosticsCacheHit,
+    PromptCacheDiagnosticsCacheMiss,
+)
+
+from tests.conftest import RunningServer
+from tests.real_vllm.conftest import RealVllm
+from tests.real_vllm.test_token_truth import Admin, ask
+from tests.support.tenants import create_tenant
+
+pytestmark = pytest.mark.real_vllm
+
+
+def test_a_named_comparison_is_a_hit_and_changed_instructions_a_miss(
+    smollm2: RealVllm, smol_server: RunningServer
+) -> None:
+    client: OpenAI = smol_server.client(create_tenant(smol_server.db_url), timeout=300)
+    admin = Admin(smol_server)
+    try:
+        first = ask(client, smollm2, "List three fruits, one per line.")
+        compared: Any = {"comparison_response_id": first.id}
+        second = ask(
+            client,
+            smollm2,
+            "Now list three vegetables, one per line.",
+            previous_response_id=first.id,
+            prompt_cache_options=compared,
+        )
+        account = admin.account(second.id)
+        assert account["status"] == "exact", account["explanation"]
+        cached = second.usage.input_tokens_details.cached_tokens
+        assert cached == account["measured_cached"] > 0
+        assert isinstance(second.prompt_cache_diagnostics, PromptCacheDiagnosticsCacheHit)
+        changed = ask(
+            client,
+            smollm2,
+            "Now list three vegetables, one per line.",
+            previous_response_id=first.id,
+            instructions="Answer in French.",
+            prompt_cache_options=compared,
+        )
+        diagnosed = changed.prompt_cache_diagnostics
+        assert isinstance(diagnosed, PromptCacheDiagnosticsCacheMiss), diagnosed
+        assert diagnosed.reason == "input_changed"
+        account = admin.account(changed.id)
+        assert account["cause"] == "fingerprint" and "instructions" in account["changes"]
+        assert diagnosed.comparison_reusable_tokens == account["reusable_tokens"]
+        assert diagnosed.cache_missed_tokens == (
+            changed.usage.input_tokens - changed.usage.input_tokens_details.cached_tokens
+        )
+    finally:
+        admin.http.close()
