@@ -15,6 +15,7 @@ import httpx
 import pytest
 from openai import BadRequestError, OpenAI
 from openai.types.responses import (
+    FunctionToolParam,
     ResponseCompactionItem,
     ResponseCompletedEvent,
     ResponseOutputItemAddedEvent,
@@ -28,13 +29,19 @@ from tests.conftest import RunningServer, running_server
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 from tests.support.typed import narrow
 from tests.support.websocket import open_socket, until_terminal
-from tests.upstream_sim import Reply, SimServer
+from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
 MODEL = "sim-model"
 # About 1,300 tokens by any count (the simulator's tokenizer, or bytes / 4): past 1,000.
 LONG = "The quarterly report lists every shipment by port and date. " * 90
 COMPACT: list[ContextManagement] = [{"type": "compaction", "compact_threshold": 1000}]
 NEVER: list[ContextManagement] = [{"type": "compaction", "compact_threshold": 1_000_000}]
+TOOL: FunctionToolParam = {
+    "type": "function",
+    "name": "lookup",
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+    "strict": False,
+}
 SUMMARY = "NOTES: a quarterly shipment report was shared."
 
 
@@ -105,6 +112,25 @@ def test_a_turn_past_the_threshold_compacts_then_answers(
     account = admin.get(f"/responses/{third.id}/token_account").json()["account"]
     assert account["cause"] == "context_compacted", account
     assert "compacted its context" in account["explanation"]
+
+
+def test_a_tool_output_past_the_threshold_keeps_its_call(client: OpenAI, sim: SimServer) -> None:
+    sim.push(
+        ToolCalls([Call("lookup", {"q": "port"}, call_id="call_1")]), Reply(SUMMARY), Reply("done")
+    )
+    first = client.responses.create(model=MODEL, input=LONG, tools=[TOOL])
+    sim.state.clear_recordings()
+    second = client.responses.create(
+        model=MODEL,
+        previous_response_id=first.id,
+        tools=[TOOL],
+        input=[{"type": "function_call_output", "call_id": "call_1", "output": "Rotterdam"}],
+        context_management=COMPACT,
+    )
+    assert [i.type for i in second.output] == ["compaction", "message"]
+    answer = sim.last("/v1/responses").json["input"]
+    assert [i["type"] for i in answer] == ["message", "function_call", "function_call_output"]
+    assert answer[1]["call_id"] == answer[2]["call_id"] == "call_1"
 
 
 def test_a_turn_under_the_threshold_just_answers(client: OpenAI, sim: SimServer) -> None:

@@ -8,13 +8,15 @@ upstream's render endpoint when it has one (``upstream/capabilities.py``), else 
 as the request's bytes / 4, and the log says which. Past N, the turn runs two rounds in one
 response: the summary request of ``turns/kinds/compaction.py`` (output item 0, the
 ``compaction`` item, streamed as a compacting turn streams it), then the answer on the
-compacted window (the item, then the turn's new input), whose items follow it. What is
+compacted window (the item, the calls the new input's tool outputs answer, the new input),
+whose items follow it. What is
 stored is the turn's input and both outputs, so a continuation (``previous_response_id``
 or a conversation) replays the item, and its window starts there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -31,7 +33,7 @@ from agentic_api.turns.prepare.summary_request import compacted_window, summary_
 from agentic_api.turns.runner.finish import Completion, Ending
 from agentic_api.turns.runner.in_progress import TurnInProgress
 from agentic_api.turns.runner.round import upstream_round
-from agentic_api.wire.items import to_item
+from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.response_object import add_usage, normalize_usage
 
 log = get_logger("agentic_api.turns.threshold_compaction")
@@ -80,13 +82,32 @@ async def passes_threshold(services: Services, turn: PreparedTurn, threshold: in
     return passes
 
 
+def answer_window(
+    compaction: Item, window: Sequence[Item], new_input: Sequence[Item]
+) -> list[Item]:
+    """The answer round's prompt: the compaction, the calls the new input's tool outputs
+    answer (a model server refuses an output whose call it has not seen), the new input."""
+    answered = {
+        value.as_dict().get("call_id") for value in new_input if value.type.endswith("_output")
+    }
+    taken = {id(value) for value in new_input}
+    calls = [
+        value
+        for value in window
+        if id(value) not in taken
+        and not value.type.endswith("_output")
+        and value.as_dict().get("call_id") in answered
+    ]
+    return [compaction, *calls, *new_input]
+
+
 async def run_threshold_compaction(run: TurnInProgress) -> Ending:
     """The summary round, then the answer on the compacted window, as one response."""
     turn, relay, emit = run.turn, run.relay, run.emit
     fields: dict[str, Any] = orjson.loads(turn.body)
     fields.pop("input", None)
     window = compacted_window(turn.prompt_items)
-    summarized = await summarize(run, summary_body(fields, window, None))
+    summarized = await summarize(run, summary_body(fields, window, turn.request.max_output_tokens))
     if isinstance(summarized, ApiError):
         return summarized
     item, summary_upstream = summarized
@@ -97,7 +118,7 @@ async def run_threshold_compaction(run: TurnInProgress) -> Ending:
             emit(ours)
 
     relay.start_round(1)
-    answer_body = render_body(fields, [to_item(item), *turn.new_input])
+    answer_body = render_body(fields, answer_window(to_item(item), window, turn.new_input))
     failure = await upstream_round(run, answer_body, relay_as_is)
     if failure is not None:
         return failure
