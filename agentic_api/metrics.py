@@ -172,7 +172,7 @@ MEASURED_CACHED_TOKENS = Counter(
 LOST_TOKENS = Counter(
     "agentic_token_lost_tokens_total",
     "Continuations: parent tokens not served from the cache, by cause (retokenization, "
-    "template, fingerprint, history_edited, not_resident, partial_block).",
+    "template, fingerprint, history_edited, context_compacted, not_resident, partial_block).",
     ["model", "tenant", "cause"],
 )
 

@@ -40,6 +40,9 @@ class Cause(StrEnum):
     TEMPLATE = "template"
     FINGERPRINT = "fingerprint"
     HISTORY_EDITED = "history_edited"
+    # The parent compacted its context by threshold: its answer was made on the compacted
+    # window, which this prompt does not extend (it replays the parent's input no more).
+    CONTEXT_COMPACTED = "context_compacted"
     NOT_RESIDENT = "not_resident"
     PARTIAL_BLOCK = "partial_block"
     COLD_START = "cold_start"
@@ -62,6 +65,7 @@ ISOLATING = frozenset({"model", "salt_epoch"})
 _PRECEDENCE = (
     Cause.FINGERPRINT,
     Cause.HISTORY_EDITED,
+    Cause.CONTEXT_COMPACTED,
     Cause.TEMPLATE,
     Cause.RETOKENIZATION,
     Cause.NOT_RESIDENT,
@@ -182,6 +186,8 @@ class Continuation:
     changes: Sequence[str] = ()
     # The model-visible items are not an extension of the parent's.
     history_edited: bool = False
+    # The parent's output holds a ``compaction`` item: it answered on a compacted window.
+    context_compacted: bool = False
     parent_output_types: Sequence[str] = ()
     # The parent's generation was cut off (max_output_tokens): it may end inside a
     # character, whose bytes no text can carry back.
@@ -270,6 +276,8 @@ def _divergence_cause(continuation: Continuation, divergence: Divergence) -> Cau
         return Cause.FINGERPRINT
     if continuation.history_edited:
         return Cause.HISTORY_EDITED
+    if continuation.context_compacted:
+        return Cause.CONTEXT_COMPACTED
     if divergence.region == "output" and divergence.realigned:
         return Cause.RETOKENIZATION
     if (

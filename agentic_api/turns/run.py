@@ -16,7 +16,9 @@ from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.kinds.compaction import run_compaction_turn
 from agentic_api.turns.kinds.plain import run_plain_turn
+from agentic_api.turns.kinds.threshold_compaction import passes_threshold, run_threshold_compaction
 from agentic_api.turns.kinds.tool_loop import run_tool_turn
+from agentic_api.turns.prepare.summary_request import compact_threshold
 from agentic_api.turns.runner.channel import TurnChannel
 from agentic_api.turns.runner.commit import commit_turn
 from agentic_api.turns.runner.finish import TurnFailed, end_turn
@@ -74,9 +76,14 @@ async def run_begun(run: TurnInProgress) -> dict[str, Any]:
         # Before the upstream call: were the session's blocks evicted while it was idle?
         residency.turn_started(turn.lineage.session_id)
     try:
+        # Counted before anything is sent: a count that fails refuses the turn unrun.
+        threshold = None if turn.compacts or turn.runs_tools else compact_threshold(turn.request)
+        over = threshold is not None and await passes_threshold(run.services, turn, threshold)
         async with run.held:
             if turn.compacts:
                 ending = await run_compaction_turn(run)
+            elif over:
+                ending = await run_threshold_compaction(run)
             elif turn.runs_tools:
                 ending = await run_tool_turn(run)
             else:

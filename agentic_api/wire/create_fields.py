@@ -74,6 +74,64 @@ def _every(*checks: Callable[[Any], None]) -> Callable[[Any], None]:
     return check
 
 
+# The smallest ``compact_threshold`` accepted: OpenAI's documentation states none, and a
+# summary request (the history, a question, up to 2048 tokens of summary) below this size
+# would cost more than the context it saves.
+MIN_COMPACT_THRESHOLD = 1000
+
+
+def _context_management(value: Any) -> None:
+    """``context_management``: a list of at most one ``compaction`` entry whose threshold
+    is an integer of at least ``MIN_COMPACT_THRESHOLD`` (null or absent: no compaction)."""
+    if value is None:
+        return
+    if not isinstance(value, list):
+        raise InvalidRequest(
+            "'context_management' must be an array of context-management entries.",
+            param="context_management",
+            code="invalid_type",
+        )
+    if len(value) > 1:
+        raise InvalidRequest(
+            "'context_management' takes at most one entry (one 'compaction' strategy).",
+            param="context_management",
+            code="invalid_value",
+        )
+    for index, entry in enumerate(value):
+        param = f"context_management[{index}]"
+        if not isinstance(entry, Mapping):
+            raise InvalidRequest(f"'{param}' must be an object.", param=param, code="invalid_type")
+        if entry.get("type") != "compaction":
+            raise _unsupported_value(f"{param}.type", entry.get("type"), "'compaction'")
+        unknown = sorted(set(entry) - {"type", "compact_threshold"})
+        if unknown:
+            raise InvalidRequest(
+                f"Unknown parameter: '{param}.{unknown[0]}'.",
+                param=f"{param}.{unknown[0]}",
+                code="unknown_parameter",
+            )
+        threshold = entry.get("compact_threshold")
+        if threshold is None:
+            raise InvalidRequest(
+                f"Missing required parameter: '{param}.compact_threshold'.",
+                param=f"{param}.compact_threshold",
+                code="missing_required_parameter",
+            )
+        if isinstance(threshold, bool) or not isinstance(threshold, int):
+            raise InvalidRequest(
+                f"'{param}.compact_threshold' must be an integer.",
+                param=f"{param}.compact_threshold",
+                code="invalid_type",
+            )
+        if threshold < MIN_COMPACT_THRESHOLD:
+            raise InvalidRequest(
+                f"'{param}.compact_threshold' must be at least {MIN_COMPACT_THRESHOLD}; "
+                f"got {threshold}.",
+                param=f"{param}.compact_threshold",
+                code="integer_below_min_value",
+            )
+
+
 FIELDS: dict[str, FieldPolicy] = {
     "access_programs": FieldPolicy(
         "refused", "OpenAI's domain access programs; no open-weight server has them"
@@ -86,7 +144,10 @@ FIELDS: dict[str, FieldPolicy] = {
         "queued) and is echoed",
     ),
     "context_management": FieldPolicy(
-        "refused", "server-side compaction by threshold is not implemented yet"
+        "ours",
+        "[{type: 'compaction', compact_threshold: N}] (N >= 1000): a turn whose input passes "
+        "N tokens is compacted first, then answered on the compacted window",
+        _context_management,
     ),
     "conversation": FieldPolicy("ours", "conversations stored and continued here"),
     "image": FieldPolicy(

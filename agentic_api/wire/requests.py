@@ -41,6 +41,8 @@ SERVER_FIELDS = frozenset(
         "stream_options",
         "background",
         "background_options",
+        # Ours (compaction by threshold), which vLLM does not know.
+        "context_management",
         "metadata",
         "cache_salt",
         "generate",

@@ -56,7 +56,8 @@ class TokenAccountView(BaseModel):
     )
     cause: str | None = Field(
         description="The main cause of lost tokens: retokenization, template, fingerprint, "
-        "history_edited, not_resident, partial_block, cold_start; null when none."
+        "history_edited, context_compacted, not_resident, partial_block, cold_start; null "
+        "when none."
     )
     lost: dict[str, int] = Field(description="Parent tokens not served from the cache, by cause.")
     extra_cached: int = Field(
@@ -157,6 +158,11 @@ def _divergence_sentence(stored: Mapping[str, Any]) -> str:
         return (
             f"The conversation's items were edited since the parent: the prompt differs {where}"
             + after
+        )
+    if cause == "context_compacted":
+        return (
+            f"The parent compacted its context, so its answer was made on the compacted "
+            f"window and the prompt differs {where}" + after
         )
     if cause == "retokenization" and not divergence.get("realigned"):
         return (

@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentic_api.errors import UpstreamError
+from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.turns.data.caller import Caller
@@ -119,11 +119,30 @@ async def run_compaction_turn(run: TurnInProgress) -> Ending:
     """A turn asked with a ``compaction_trigger``: one summary request upstream, then the
     turn completes with the ``compaction`` item as its output (what the client sees,
     what is stored and what a continuation replays)."""
+    summarized = await summarize(run, run.turn.body)
+    if isinstance(summarized, ApiError):
+        return summarized
+    item, upstream = summarized
+    return Completion(
+        status="completed",
+        output=[item],
+        model_output=[to_item(item)],
+        usage=normalize_usage(upstream.get("usage")),
+        upstream=upstream,
+        incomplete_details=None,
+    )
+
+
+async def summarize(
+    run: TurnInProgress, body: bytes
+) -> tuple[dict[str, Any], dict[str, Any]] | ApiError:
+    """The summary round of a compacting turn, shown to the client as output item 0:
+    the ``compaction`` item and the upstream's final object, or the failure to store."""
     turn = run.turn
     progress = _Progress(run)
     # The client sees the item announced as soon as the response opens.
     run.after_opening = progress.announce
-    failure = await upstream_round(run, turn.body, progress.upstream_event)
+    failure = await upstream_round(run, body, progress.upstream_event)
     if failure is not None:
         return failure
     upstream = run.relay.upstream_final or {}
@@ -136,14 +155,7 @@ async def run_compaction_turn(run: TurnInProgress) -> Ending:
         log.warning("compaction summary cut at the output limit", response_id=turn.response_id)
     item = compaction_item(progress.item_id, summary)
     progress.done(item)
-    return Completion(
-        status="completed",
-        output=[item],
-        model_output=[to_item(item)],
-        usage=normalize_usage(upstream.get("usage")),
-        upstream=upstream,
-        incomplete_details=None,
-    )
+    return item, upstream
 
 
 async def compact(

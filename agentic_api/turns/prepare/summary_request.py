@@ -18,9 +18,17 @@ from typing import Any
 from agentic_api.errors import InvalidRequest
 from agentic_api.turns.prepare.render import render_body
 from agentic_api.wire.items import Item, to_item
+from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.summary import COMPACTION_TRIGGER
 
-__all__ = ["COMPACTION_TRIGGER", "requests_compaction", "summary_body", "summary_text"]
+__all__ = [
+    "COMPACTION_TRIGGER",
+    "compact_threshold",
+    "compacted_window",
+    "requests_compaction",
+    "summary_body",
+    "summary_text",
+]
 
 SUMMARY_REQUEST = (
     "Summarize the conversation so far for your own later use: the goal, the decisions "
@@ -43,6 +51,28 @@ def requests_compaction(new_input: Sequence[Item]) -> bool:
                 code="invalid_value",
             )
     return last >= 0 and new_input[last].type == COMPACTION_TRIGGER
+
+
+def compact_threshold(request: CreateResponseRequest) -> int | None:
+    """The ``compact_threshold`` of the request's ``context_management`` compaction entry
+    (validated on the way in, ``wire/create_fields.py``), None when it asks for none."""
+    entries = (request.model_extra or {}).get("context_management")
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("type") == "compaction":
+            threshold = entry.get("compact_threshold")
+            return threshold if isinstance(threshold, int) else None
+    return None
+
+
+def compacted_window(prompt: Sequence[Item]) -> list[Item]:
+    """What a ``context_management`` turn shows the model: its prompt from the latest
+    ``compaction`` item on, since that item stands for everything before it (OpenAI prunes
+    the same way for ``previous_response_id`` chains; clients sending the whole input may
+    prune it themselves, to the same effect)."""
+    for index in range(len(prompt) - 1, -1, -1):
+        if prompt[index].type == "compaction":
+            return list(prompt[index:])
+    return list(prompt)
 
 
 def summary_ask() -> Item:

@@ -31,7 +31,12 @@ from agentic_api.turns.prepare.render import (
     upstream_fields,
     upstream_headers,
 )
-from agentic_api.turns.prepare.summary_request import requests_compaction, summary_body
+from agentic_api.turns.prepare.summary_request import (
+    compact_threshold,
+    compacted_window,
+    requests_compaction,
+    summary_body,
+)
 from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
 from agentic_api.wire.requests import CreateResponseRequest
@@ -108,6 +113,8 @@ async def prepare_turn(
     )
     add_agentic_context(fields, lineage, request, agentic_context_of(services.settings))
     prompt = [*history, *new_input]
+    if compact_threshold(request) is not None:
+        prompt = compacted_window(prompt)
     with tracing.span("render"):
         body = (
             summary_body(fields, prompt, request.max_output_tokens)

@@ -207,6 +207,7 @@ async def _account(turn: PreparedTurn, plan: TokenPlan, first: ReportedTokens) -
         parent_id=parent.response_id,
         changes=tuple(change.component for change in turn.fingerprint_changes),
         parent_output_types=parent.output_types,
+        context_compacted="compaction" in parent.output_types,
         parent_cut_off=turn.parent is not None and turn.parent.status == "incomplete",
     )
     made = account(
