@@ -13,8 +13,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.security import HTTPBearer
 
 from agentic_api.errors import Conflict, InvalidRequest, NotFound
-from agentic_api.http.auth import KeyCache, require_admin, services_of
+from agentic_api.http.auth import require_admin, services_of
 from agentic_api.http.residency_view import annotate_timeline
+from agentic_api.serving.tenants import KeyCache
 from agentic_api.storage.admin import (
     AdminRepository,
     ConversationFilter,

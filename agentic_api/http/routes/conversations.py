@@ -15,11 +15,12 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
-from agentic_api.http.auth import TenantContext, require_tenant, services_of
+from agentic_api.http.auth import require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.serving.conversation_items import append_items, new_items
 from agentic_api.serving.results import Replayed
+from agentic_api.serving.tenants import TenantContext
 from agentic_api.storage.conversations import ConversationRepository, StoredConversationItem
 from agentic_api.storage.models import Conversation
 from agentic_api.storage.types import to_unix

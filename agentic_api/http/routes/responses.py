@@ -12,12 +12,13 @@ from starlette.responses import Response
 from agentic_api.background import queue as background
 from agentic_api.background.follow import follow
 from agentic_api.errors import ApiError, InvalidRequest
-from agentic_api.http.auth import TenantContext, require_tenant, services_of
+from agentic_api.http.auth import require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.http.sse import from_followed, from_list, from_stored, from_turn, sse_response
 from agentic_api.serving import create
 from agentic_api.serving.results import Final, Queued, Streaming
+from agentic_api.serving.tenants import TenantContext
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.turns.prepare import Caller
 from agentic_api.turns.rebuilt_events import rebuild_events
