@@ -15,8 +15,8 @@ import typer
 
 from agentic_api.bench.cli import bench_app
 from agentic_api.cache.residency.endpoints import EndpointError, parse_endpoints
-from agentic_api.http.workers import available_cpus, plan_workers
 from agentic_api.log import configure_logging, get_logger
+from agentic_api.serve_workers import available_cpus, plan_workers
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade

@@ -1,5 +1,5 @@
 """Wire shapes of the admin inspection API (the timeline explanations that fill some of
-them are in ``wire/timeline.py``)."""
+them are built in ``serving/admin/timeline.py``)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from agentic_api.cache.residency.endpoints import parse_endpoints
-from agentic_api.http.workers import AUTO_MAX_WORKERS, available_cpus, plan_workers
+from agentic_api.serve_workers import AUTO_MAX_WORKERS, available_cpus, plan_workers
 from agentic_api.settings import Settings
 
 

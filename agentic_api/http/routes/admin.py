@@ -14,9 +14,7 @@ from fastapi.security import HTTPBearer
 
 from agentic_api.errors import InvalidRequest
 from agentic_api.http.auth import require_admin, services_of
-from agentic_api.http.residency_view import annotate_timeline
 from agentic_api.serving.admin import conversations, lineage, tenants, usage
-from agentic_api.serving.admin.views import list_page
 from agentic_api.serving.tenants import KeyCache
 from agentic_api.wire.admin import (
     DEFAULT_LIST_LIMIT,
@@ -236,10 +234,9 @@ async def conversation_timeline(
     after: After = None,
     limit: Limit = DEFAULT_LIST_LIMIT,
 ) -> ListPage[AdminTurn]:
-    services = services_of(request)
-    page = await conversations.timeline(services, tenant_id, conversation_id, after, limit)
-    annotate_timeline(page.turns, page.rows, page.before, services.residency)
-    return list_page(page.turns, page.has_more, lambda t: t.id)
+    return await conversations.timeline(
+        services_of(request), tenant_id, conversation_id, after, limit
+    )
 
 
 @router.delete(

@@ -1,16 +1,14 @@
 """/admin/v1 residency: per replica, how much of a session's KV cache its events report
-resident, and its evictions (``cache/residency``; admin keys only, like the rest of
-/admin/v1)."""
+resident, and its evictions (``serving/admin/residency.py``; admin keys only, like the
+rest of /admin/v1)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from agentic_api.errors import NotFound
 from agentic_api.http.auth import services_of
-from agentic_api.http.residency_view import session_residency
 from agentic_api.http.routes.admin import router as admin_router
-from agentic_api.storage.session_owners import conversation_owner, response_owner
+from agentic_api.serving.admin import residency
 from agentic_api.wire.residency import SessionResidency
 
 router = APIRouter(
@@ -26,12 +24,7 @@ router = APIRouter(
     summary="KV residency of a conversation's session on each replica, as its events said",
 )
 async def conversation_residency(conversation_id: str, request: Request) -> SessionResidency:
-    services = services_of(request)
-    async with services.db.read() as session:
-        owner = await conversation_owner(session, conversation_id)
-    if owner is None:
-        raise NotFound(f"No conversation with id '{conversation_id}'.", param="conversation_id")
-    return session_residency(owner, services.residency, services.secret)
+    return await residency.conversation_residency(services_of(request), conversation_id)
 
 
 @router.get(
@@ -39,9 +32,4 @@ async def conversation_residency(conversation_id: str, request: Request) -> Sess
     summary="KV residency of the session a response ran in (its chain's), on each replica",
 )
 async def response_residency(response_id: str, request: Request) -> SessionResidency:
-    services = services_of(request)
-    async with services.db.read() as session:
-        owner = await response_owner(session, response_id)
-    if owner is None:
-        raise NotFound(f"No response with id '{response_id}'.", param="response_id")
-    return session_residency(owner, services.residency, services.secret)
+    return await residency.response_residency(services_of(request), response_id)

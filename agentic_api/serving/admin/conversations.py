@@ -4,17 +4,17 @@ timeline of turns, and the two destructive actions (delete one, purge all data).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from agentic_api.errors import InvalidRequest, NotFound
 from agentic_api.services import Services
+from agentic_api.serving.admin.residency import annotate_timeline
 from agentic_api.serving.admin.tenants import require_tenant
+from agentic_api.serving.admin.timeline import present_timeline
 from agentic_api.serving.admin.views import conversation_view, list_page
 from agentic_api.serving.pages import page_of
-from agentic_api.storage.admin import AdminRepository, ConversationFilter, TurnRecord
+from agentic_api.storage.admin import AdminRepository, ConversationFilter
 from agentic_api.wire.admin import AdminConversation, AdminTurn, Deletion, ListPage
-from agentic_api.wire.timeline import present_timeline
 
 
 def at(seconds: int | None) -> datetime | None:
@@ -63,20 +63,9 @@ async def get_conversation(
     return conversation_view(row)
 
 
-@dataclass(frozen=True)
-class Timeline:
-    """A page of a conversation's turns, shown, with the rows they were shown from and
-    the continuable turn before the page (what the first turn is compared to)."""
-
-    turns: list[AdminTurn]
-    rows: Sequence[TurnRecord]
-    before: TurnRecord | None
-    has_more: bool
-
-
 async def timeline(
     services: Services, tenant_id: str, conversation_id: str, after: str | None, limit: int
-) -> Timeline:
+) -> ListPage[AdminTurn]:
     async with services.db.read() as session:
         repo = AdminRepository(session)
         if await repo.get_conversation(tenant_id, conversation_id) is None:
@@ -86,7 +75,9 @@ async def timeline(
             limit,
         )
         before = await repo.turn_before(tenant_id, conversation_id, rows[0].id) if rows else None
-    return Timeline(present_timeline(rows, before), rows, before, more)
+    shown = present_timeline(rows, before)
+    annotate_timeline(shown, rows, before, services.residency)
+    return list_page(shown, more, lambda t: t.id)
 
 
 async def delete_conversation(services: Services, tenant_id: str, conversation_id: str) -> Deletion:

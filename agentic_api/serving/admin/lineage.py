@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from agentic_api.errors import NotFound
 from agentic_api.services import Services
+from agentic_api.serving.admin.timeline import present_chain, present_tree
+from agentic_api.serving.admin.token_account import account_view
 from agentic_api.storage.admin import AdminRepository
 from agentic_api.wire.admin import (
     MAX_DESCENDANTS,
@@ -12,8 +14,6 @@ from agentic_api.wire.admin import (
     AdminTokenAccount,
     TokenArtifactInfo,
 )
-from agentic_api.wire.timeline import present_chain, present_tree
-from agentic_api.wire.token_account import account_view
 
 
 def _response_not_found(response_id: str) -> NotFound:

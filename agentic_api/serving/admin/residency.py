@@ -1,4 +1,5 @@
-"""The admin residency views, built from the tracker's snapshots (``cache/residency``)."""
+"""The admin residency views, built from the tracker's snapshots (``cache/residency``):
+a conversation's or a response's session on each replica, and the timeline's cause."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from agentic_api.cache.residency.attribution import (
 )
 from agentic_api.cache.residency.replica import Eviction
 from agentic_api.cache.residency.tracker import ResidencyTracker, SessionOnReplica
+from agentic_api.errors import NotFound
+from agentic_api.services import Services
 from agentic_api.storage.admin import TurnRecord
-from agentic_api.storage.session_owners import SessionOwner
+from agentic_api.storage.session_owners import SessionOwner, conversation_owner, response_owner
 from agentic_api.wire.admin import AdminTurn
 from agentic_api.wire.residency import (
     CoverageReset,
@@ -122,3 +125,19 @@ def _turn_residency(
         eviction=_eviction(cause.eviction) if cause.eviction else None,
         explanation=cause.explanation,
     )
+
+
+async def conversation_residency(services: Services, conversation_id: str) -> SessionResidency:
+    async with services.db.read() as session:
+        owner = await conversation_owner(session, conversation_id)
+    if owner is None:
+        raise NotFound(f"No conversation with id '{conversation_id}'.", param="conversation_id")
+    return session_residency(owner, services.residency, services.secret)
+
+
+async def response_residency(services: Services, response_id: str) -> SessionResidency:
+    async with services.db.read() as session:
+        owner = await response_owner(session, response_id)
+    if owner is None:
+        raise NotFound(f"No response with id '{response_id}'.", param="response_id")
+    return session_residency(owner, services.residency, services.secret)
