@@ -22,6 +22,7 @@ from agentic_api.cache.residency.endpoints import Endpoint, EndpointError, parse
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker
+from agentic_api.http import console
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
 from agentic_api.http.middleware import (
@@ -50,7 +51,7 @@ from agentic_api.services import Services
 from agentic_api.serving.tenants import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
-from agentic_api.storage.migrate import upgrade_async
+from agentic_api.storage.migrate import require_current, upgrade_async
 from agentic_api.storage.tenants import TenantRepository
 from agentic_api.storage.verified_histories import VerifiedHistories
 from agentic_api.upstream.capabilities import TokenCapabilityCache
@@ -68,6 +69,13 @@ async def build_services(settings: Settings) -> Services:
     if settings.should_auto_migrate:
         await upgrade_async(settings.resolved_database_url)
     db = Database.from_url(settings.resolved_database_url, pool_size=settings.database_pool_size)
+    try:
+        # `serve` and `worker` refused already (cli.py); an app built otherwise never
+        # starts on a database whose schema is not this release's either.
+        require_current(await db.schema_revisions())
+    except BaseException:
+        await db.close()
+        raise
     upstream = UpstreamClient(
         settings.upstream_base_url,
         api_key=(
@@ -120,6 +128,7 @@ def _attach_residency(services: Services, settings: Settings, endpoints: list[En
         max_sessions=settings.residency_max_sessions,
         max_blocks_per_session=settings.residency_max_blocks_per_session,
         evictions_kept=settings.residency_evictions_kept,
+        max_blocks=settings.residency_max_blocks,
     )
     services.kv_events = KvEventSubscriber(
         services.residency, endpoints, queue_messages=settings.kv_events_queue_messages
@@ -256,6 +265,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         routers.append(metrics.router)
     for router in routers:
         app.include_router(router)
+    if settings.console_enabled:
+        app.include_router(console.router)
     # What a 405 names as allowed (http/errors.py): every method declared on the path.
     app.state.api_routes = [
         route for router in routers for route in router.routes if isinstance(route, APIRoute)

@@ -8,19 +8,24 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Annotated, Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from agentic_api.bench.cli import bench_app
 from agentic_api.cache.residency.endpoints import EndpointError, parse_endpoints
 from agentic_api.log import configure_logging, get_logger
-from agentic_api.serve_workers import available_cpus, plan_workers
+from agentic_api.plugin_commands import WithPluginCommands
+from agentic_api.serve_workers import WORKER_HEALTHCHECK_SECONDS, available_cpus, plan_workers
 from agentic_api.settings import ConfigError, Settings
-from agentic_api.storage.database import Database
-from agentic_api.storage.migrate import upgrade
-from agentic_api.storage.tenants import TenantRepository
+
+if TYPE_CHECKING:
+    from agentic_api.storage.tenants import TenantRepository
+
+# What touches the database (SQLAlchemy, the models, alembic) is imported by the commands
+# that use it: each of `serve`'s worker processes imports this module before it answers
+# its supervisor's health check (multiprocessing's spawn re-imports the main module), and
+# on a loaded machine every second of imports there counts.
 
 T = TypeVar("T")
 
@@ -30,6 +35,7 @@ app = typer.Typer(
     help="agentic-api: a stateful OpenAI Responses API server for vLLM.",
     no_args_is_help=True,
     add_completion=False,
+    cls=WithPluginCommands,  # adds `bench` (agentic_bench) without importing it here
 )
 tenant_app = typer.Typer(help="Manage tenants.", no_args_is_help=True)
 key_app = typer.Typer(help="Manage tenant API keys.", no_args_is_help=True)
@@ -37,7 +43,6 @@ admin_key_app = typer.Typer(help="Manage admin keys.", no_args_is_help=True)
 app.add_typer(tenant_app, name="tenant")
 app.add_typer(key_app, name="key")
 app.add_typer(admin_key_app, name="admin-key")
-app.add_typer(bench_app, name="bench")
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -53,12 +58,55 @@ def _settings() -> Settings:
         raise
 
 
-def _with_db(action: Callable[[TenantRepository], Awaitable[T]]) -> T:
-    settings = _settings()
+def _require_schema(settings: Settings) -> None:
+    """Refuses, in one line, unless the database is at this release's schema; an embedded
+    SQLite (or ``AGENTIC_AUTO_MIGRATE``) is migrated first, unless its schema is newer
+    than this release knows (nothing migrates down by itself)."""
+    from agentic_api.storage.migrate import schema_problem, upgrade
+
+    url = settings.resolved_database_url
     if settings.is_sqlite:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    if settings.should_auto_migrate:
-        upgrade(settings.resolved_database_url)
+    problem = schema_problem(_reached(_stored_revisions(url)))
+    if problem is not None and settings.should_auto_migrate and not problem.newer:
+        _reached_sync(lambda: upgrade(url))
+        problem = schema_problem(_reached(_stored_revisions(url)))
+    if problem is not None:
+        _fail(str(problem))
+
+
+async def _stored_revisions(url: str) -> frozenset[str] | None:
+    from agentic_api.storage.database import Database
+
+    db = Database.from_url(url, pool_size=1)
+    try:
+        return await db.schema_revisions()
+    finally:
+        await db.close()
+
+
+def _reached(work: Coroutine[Any, Any, T]) -> T:
+    return _reached_sync(lambda: asyncio.run(work))
+
+
+def _reached_sync(work: Callable[[], T]) -> T:
+    """``work``, with a database that cannot be reached said in one line."""
+    from agentic_api.storage.errors import DatabaseUnavailable
+
+    try:
+        return work()
+    except (OSError, DatabaseUnavailable) as exc:
+        cause = exc.__cause__ if isinstance(exc, DatabaseUnavailable) else exc
+        _fail(f"cannot reach the database: {cause or exc}")
+        raise
+
+
+def _with_db(action: Callable[[TenantRepository], Awaitable[T]]) -> T:
+    from agentic_api.storage.database import Database
+    from agentic_api.storage.tenants import TenantRepository
+
+    settings = _settings()
+    _require_schema(settings)
 
     async def run() -> T:
         db = Database.from_url(settings.resolved_database_url, pool_size=1)
@@ -68,11 +116,7 @@ def _with_db(action: Callable[[TenantRepository], Awaitable[T]]) -> T:
         finally:
             await db.close()
 
-    try:
-        return asyncio.run(run())
-    except OSError as exc:
-        _fail(f"cannot reach the database: {exc}")
-        raise
+    return _reached(run())
 
 
 @app.command()
@@ -123,6 +167,7 @@ def serve(
     except ConfigError as exc:
         _fail(str(exc), 2)
         return
+    _require_schema(settings)
     configure_logging(settings.log_format, settings.log_level)
     plan = plan_workers(settings.http_workers, endpoints, available_cpus())
     log.info("http workers", workers=plan.count, reason=plan.reason)
@@ -137,6 +182,10 @@ def serve(
         # Room for a frame our own limit then refuses with a clear error frame.
         "ws_max_size": settings.max_body_bytes * 4 + 65536,
         "http": CoalescingHttpToolsProtocol,
+        # A replacement worker answers its first health check only once its interpreter
+        # has started and imported this module (spawn), seconds on a loaded machine:
+        # uvicorn's 5 s default killed replacements while they booted.
+        "timeout_worker_healthcheck": WORKER_HEALTHCHECK_SECONDS,
     }
     if plan.count == 1:
         # Imported here only: a supervisor of several workers never builds an app.
@@ -147,10 +196,6 @@ def serve(
     # Several processes: prepare what they share once, here, then let each build its app
     # from the same environment (uvicorn re-imports the factory in every worker).
     settings.load_server_secret()
-    if settings.should_auto_migrate:
-        if settings.is_sqlite:
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
-        upgrade(settings.resolved_database_url)
     for name, value in overrides.items():
         os.environ[f"AGENTIC_{name.upper()}"] = (
             str(value).lower() if isinstance(value, bool) else str(value)
@@ -195,19 +240,22 @@ def worker(
     except ConfigError as exc:
         _fail(str(exc), 2)
         return
+    _require_schema(settings)
     asyncio.run(run_workers(settings, workers or max(settings.background_workers, 1)))
 
 
 @app.command()
 def migrate() -> None:
     """Upgrade the database schema to the latest revision."""
+    from agentic_api.storage.migrate import schema_problem, upgrade
+
     settings = _settings()
     if settings.is_sqlite:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        upgrade(settings.resolved_database_url)
-    except OSError as exc:
-        _fail(f"cannot reach the database: {exc}")
+    problem = schema_problem(_reached(_stored_revisions(settings.resolved_database_url)))
+    if problem is not None and problem.newer:
+        _fail(str(problem))
+    _reached_sync(lambda: upgrade(settings.resolved_database_url))
     typer.echo("database is at the latest revision")
 
 

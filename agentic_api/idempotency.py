@@ -39,7 +39,7 @@ from agentic_api.storage.idempotency import (
 )
 from agentic_api.storage.models import Response
 from agentic_api.storage.types import utcnow
-from agentic_api.turns.commit_steps import CommitStep
+from agentic_api.turns.data.commit_steps import CommitStep
 from lineage import canonical_json, sha256_hex
 
 log = get_logger("agentic_api.idempotency")

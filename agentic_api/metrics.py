@@ -382,7 +382,8 @@ KV_TRACKED_SESSIONS = Gauge(
 KV_RESIDENCY_DROPPED = Counter(
     "agentic_kv_residency_dropped_total",
     "Residency forgotten to stay within the memory bounds: whole sessions (least recently "
-    "stored first) or blocks of a session past its cap (oldest first).",
+    "stored first), blocks of a session past its cap (oldest first) or, as tree_block, "
+    "blocks of the replica's block tree past AGENTIC_RESIDENCY_MAX_BLOCKS (oldest first).",
     ["replica", "what"],
 )
 KV_UNKNOWN_REMOVALS = Counter(

@@ -2,8 +2,12 @@
 
 ``AGENTIC_HTTP_WORKERS=auto`` (the default) runs one worker per CPU this process may use,
 up to ``AUTO_MAX_WORKERS``: one event loop is one core, so a single process leaves the
-others idle while concurrent turns queue behind each other's CPU work. It runs one worker
-when something can be held by one process only: a KV-event endpoint the server binds
+others idle while concurrent turns queue behind each other's CPU work. Below
+``AUTO_SEVERAL_FROM_CPUS`` CPUs it runs one: on a small machine the cores are shared with
+what the server waits on (the database, often the upstream, the clients), and two workers
+on two cores measured a p99 several times one worker's under 32 clients
+(docs/benchmarks/workers/). It runs one worker when something can be held by one process
+only: a KV-event endpoint the server binds
 (``tcp://host:port``, or any ``bind:`` address) accepts one binder, so the other workers
 would never follow that replica and answer residency questions from an empty map. An
 explicit number is obeyed as given.
@@ -22,6 +26,15 @@ from agentic_api.cache.residency.endpoints import Endpoint
 # pool) and SQLite lock contention; a bigger machine runs more `serve` processes or sets
 # the count explicitly.
 AUTO_MAX_WORKERS = 8
+# Fewer CPUs than this: ``auto`` runs one worker.
+AUTO_SEVERAL_FROM_CPUS = 4
+
+# How long uvicorn's supervisor waits for a worker to answer its health check before it
+# kills it. A replacement answers only once its interpreter has started and re-imported
+# the CLI module (multiprocessing's spawn): measured at load ~6 on 2 CPUs in
+# docs/benchmarks/workers/. uvicorn's default (5 s) killed replacements while they booted;
+# a worker that hangs for real is found this much later.
+WORKER_HEALTHCHECK_SECONDS = 30
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -83,6 +96,12 @@ def plan_workers(setting: int | str, endpoints: list[Endpoint], cpus: int) -> Wo
             1,
             f"auto: KV-event endpoint {_describe(bound[0])} is bound here, and one "
             "process only can hold it",
+        )
+    if cpus < AUTO_SEVERAL_FROM_CPUS:
+        return WorkerPlan(
+            1,
+            f"auto: {cpus} CPU(s) available, fewer than {AUTO_SEVERAL_FROM_CPUS}: one worker "
+            "(the cores are shared with the database, upstream and clients)",
         )
     count = min(cpus, AUTO_MAX_WORKERS)
     capped = f", capped at {AUTO_MAX_WORKERS}" if cpus > AUTO_MAX_WORKERS else ""

@@ -234,6 +234,12 @@ class Settings(BaseSettings):
         ge=1,
         description="KV blocks kept per session per replica (oldest forgotten first).",
     )
+    residency_max_blocks: int = Field(
+        1 << 20,
+        ge=1,
+        description="KV blocks of every session kept per replica in the block tree that "
+        "answers a response's own prefix residency (oldest stored forgotten first).",
+    )
     residency_evictions_kept: int = Field(
         16, ge=1, description="Evictions remembered per session per replica."
     )
@@ -254,6 +260,17 @@ class Settings(BaseSettings):
         True,
         description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "
         "internal, or turn this off).",
+    )
+    console_enabled: bool = Field(
+        True,
+        description="Serve the operator console at /console (it opens only while an admin key "
+        "exists, and only to admin keys). Off: /console is a 404.",
+    )
+    console_session_seconds: int = Field(
+        8 * 3600,
+        ge=60,
+        le=7 * 24 * 3600,
+        description="How long a console login lasts before the admin key must be entered again.",
     )
     log_format: Literal["json", "console"] = Field(
         "json", description="Log rendering: one JSON object per line, or human-readable."

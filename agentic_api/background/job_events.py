@@ -25,7 +25,7 @@ from agentic_api.storage.database import Database
 from agentic_api.storage.jobs import ClaimedJob, JobRepository
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.storage.types import utcnow
-from agentic_api.turns.channel import Published, TurnChannel
+from agentic_api.turns.runner.channel import Published, TurnChannel
 
 log = get_logger("agentic_api.background.job_events")
 

@@ -25,9 +25,10 @@ from agentic_api.storage.idempotency import Outcome
 from agentic_api.storage.jobs import JobRepository
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.storage.types import utcnow
-from agentic_api.turns.commit import build_row
-from agentic_api.turns.prepare import Caller, prepare_turn
-from agentic_api.turns.tool_loop import check_mcp_hosts
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.kinds.tool_loop import check_mcp_hosts
+from agentic_api.turns.prepare.turn import prepare_turn
+from agentic_api.turns.runner.commit import build_row
 from agentic_api.wire.events import error_event, stamped, terminal_event
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import finish_response, response_error
@@ -47,7 +48,7 @@ async def enqueue(
     tool output, ...) fails here, synchronously, like a foreground one.
     """
     try:
-        turn = await prepare_turn(services.db, caller, request, histories=services.histories)
+        turn = await prepare_turn(services, caller, request)
         check_mcp_hosts(turn, services.settings)
         queued = {**turn.base, "status": "queued"}
         row, items = build_row(turn, queued, [], [])

@@ -40,9 +40,10 @@ from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository, StoredItem
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.storage.types import to_unix, utcnow
-from agentic_api.turns.commit_steps import CommitStep
-from agentic_api.turns.prepare import Caller, PreparedTurn, Reservation, prepare_turn
-from agentic_api.turns.render import agentic_context_of
+from agentic_api.turns.data.caller import Caller, Reservation
+from agentic_api.turns.data.commit_steps import CommitHooks, CommitStep
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.run import TurnFailed, run_turn
 from agentic_api.wire.items import Item
 from agentic_api.wire.requests import CreateResponseRequest
@@ -181,10 +182,9 @@ async def run_job(services: Services, job: ClaimedJob) -> None:
         poll_seconds=services.settings.background_poll_seconds,
         on_lost=lambda: services.background.cancel_local(job.response_id),
     )
-    turn.event_log = events
-    turn.commit_steps.append(_ends_job(job))
+    hooks = CommitHooks(steps=(_ends_job(job),), event_log=events)
     events.start()
-    run = asyncio.create_task(run_turn(services, turn, events))
+    run = asyncio.create_task(run_turn(services, turn, events, hooks=hooks))
     services.background.running[job.response_id] = run
     try:
         await asyncio.wait({run})
@@ -237,15 +237,7 @@ async def _prepare(services: Services, row: Response, inputs: Sequence[StoredIte
         created_at=to_unix(row.created_at) or 0,
         new_input=[Item(i.item_id, i.type, i.data.encode()) for i in inputs],
     )
-    return await prepare_turn(
-        services.db,
-        caller,
-        request,
-        histories=services.histories,
-        reservation=reservation,
-        tags=services.session_tags,
-        agentic_context=agentic_context_of(services.settings),
-    )
+    return await prepare_turn(services, caller, request, reservation=reservation)
 
 
 async def _mark_started(services: Services, job: ClaimedJob, turn: PreparedTurn) -> bool:

@@ -14,7 +14,10 @@ and 0 when the cache is isolated (another salt epoch or model). Every parent tok
 that was not served from the cache is lost to one cause: tokens after the first
 divergence to re-tokenization, the template, a fingerprint change or an edited
 history; agreeing tokens in the cut block to ``partial_block``; expected tokens the
-engine did not have to ``not_resident``.
+engine did not have to ``not_resident``. The losses add up to at most the parent tokens
+not served, ``|parent| - measured``: when a sibling's blocks served more than expected,
+what was served is not counted lost (the cut block's share first), so the losses then
+come to ``|parent| - max(measured, expected)``.
 """
 
 from __future__ import annotations
@@ -206,8 +209,9 @@ def account(
     isolated = sorted(ISOLATING.intersection(continuation.changes))
     reusable = min(common, len(parent) - 1, len(prompt) - 1)
     expected = 0 if isolated else block_floor(reusable, block_size)
-    # What a token-exact replay of the parent would have been served.
-    ideal = block_floor(len(parent) - 1, block_size)
+    # What a token-exact replay of the parent would have been served; never below what
+    # this prompt was served (a sibling's blocks may reach past the parent's own).
+    ideal = max(block_floor(len(parent) - 1, block_size), measured)
     divergence = None if exact else _divergence(parent, prompt, common, len(parent_prompt))
 
     lost: dict[Cause, int] = {}
@@ -221,6 +225,7 @@ def account(
             lost[Cause.PARTIAL_BLOCK] = common - expected
         if expected > measured:
             lost[Cause.NOT_RESIDENT] = expected - measured
+    lost = _capped(lost, len(parent) - measured)
     return TokenAccount(
         status=Status.EXACT if exact else Status.DIVERGED,
         parent_id=continuation.parent_id,
@@ -276,6 +281,36 @@ def _divergence_cause(continuation: Continuation, divergence: Divergence) -> Cau
         # the text sent back cannot hold (it decodes to U+FFFD or nothing).
         return Cause.RETOKENIZATION
     return Cause.TEMPLATE
+
+
+# Which losses give way first when more was served than expected: the cut block's
+# agreeing tokens (vLLM served them after all), then whatever the divergence cost.
+_GIVES_WAY = (
+    Cause.PARTIAL_BLOCK,
+    Cause.RETOKENIZATION,
+    Cause.TEMPLATE,
+    Cause.HISTORY_EDITED,
+    Cause.FINGERPRINT,
+    Cause.NOT_RESIDENT,
+)
+
+
+def _capped(lost: dict[Cause, int], most: int) -> dict[Cause, int]:
+    """The losses, shrunk so that they add up to at most ``most`` (the parent's tokens not
+    served): when measured > expected (a sibling of this prompt stored the blocks past
+    the divergence), tokens that were served are not lost."""
+    excess = sum(lost.values()) - max(0, most)
+    if excess <= 0:
+        return lost
+    kept = dict(lost)
+    for cause in _GIVES_WAY:
+        taken = min(excess, kept.get(cause, 0))
+        if taken:
+            kept[cause] -= taken
+            excess -= taken
+            if not kept[cause]:
+                del kept[cause]
+    return kept
 
 
 def _main_cause(lost: dict[Cause, int]) -> Cause | None:

@@ -36,9 +36,16 @@ def error_body(error: ApiError, path: str = "") -> dict[str, Any]:
     return anthropic.error_body(error) if anthropic.is_anthropic_path(path) else error.body()
 
 
+# A 503 is a state that passes (the database busy, restarting or unreachable): the
+# client is told when to try again; the SDKs' retries honour it.
+RETRY_AFTER_SECONDS = "1"
+
+
 def error_response(
     error: ApiError, headers: dict[str, str] | None = None, *, path: str = ""
 ) -> JsonResponse:
+    if error.status_code == 503:
+        headers = {"Retry-After": RETRY_AFTER_SECONDS, **(headers or {})}
     return JsonResponse(error_body(error, path), status_code=error.status_code, headers=headers)
 
 

@@ -4,7 +4,7 @@ Matching the path through FastAPI's included routers and running its request han
 (dependency solving, the route's wrappers) touches a lot of code on every turn. In the
 overhead benchmark, where each turn runs after ~30 ms of waiting with caches gone cold,
 serving this one route directly cut the server's CPU per turn by ~12% and its added
-latency by ~0.5 ms (docs/benchmarks/README.md); in a warm loop the difference is lost in
+latency by ~0.5 ms (docs/benchmarks/overhead/README.md); in a warm loop the difference is lost in
 noise. This middleware recognizes that route and calls the same endpoint function after
 the same authentication. Nothing else changes: it sits inside the request-id /
 access-log and body-limit middleware, errors are rendered by the same functions as

@@ -14,7 +14,7 @@ from agentic_api.services import Services
 from agentic_api.serving.results import Replayed, replayed
 from agentic_api.storage.conversations import ConversationRepository, NewConversationItem
 from agentic_api.storage.idempotency import KeyRef, Outcome
-from agentic_api.turns.errors import conversation_not_found
+from agentic_api.turns.prepare.errors import conversation_not_found
 from agentic_api.wire.conversations import duplicate_item, item_list
 from agentic_api.wire.items import Item
 from agentic_api.wire.listing import present_item

@@ -15,7 +15,7 @@ from agentic_api.serving.pages import item_page, shown_item
 from agentic_api.storage.conversations import ConversationRepository
 from agentic_api.storage.models import Conversation
 from agentic_api.storage.types import to_unix
-from agentic_api.turns.errors import conversation_not_found
+from agentic_api.turns.prepare.errors import conversation_not_found
 from agentic_api.wire.conversations import conversation_object
 from agentic_api.wire.items import Item
 

@@ -19,8 +19,9 @@ from agentic_api.idempotency import Claim, requires_store
 from agentic_api.services import Services
 from agentic_api.serving.results import Final, Queued, Replayed, Streaming, replayed
 from agentic_api.storage.idempotency import KeyRef, Outcome
-from agentic_api.turns.prepare import Caller, prepare_turn
-from agentic_api.turns.render import agentic_context_of
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
+from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.run import TurnFailed, run_turn
 from agentic_api.turns.stream import open_stream
 from agentic_api.wire.requests import CreateResponseRequest
@@ -56,26 +57,24 @@ async def create_response(
         queued = await enqueue(services, caller, request, claim=claim)
         return Queued(queued, follow(services.db, queued["id"], None) if request.stream else None)
     try:
-        turn = await prepare_turn(
-            services.db,
-            caller,
-            request,
-            histories=services.histories,
-            tags=services.session_tags,
-            agentic_context=agentic_context_of(services.settings),
-        )
+        turn = await prepare_turn(services, caller, request)
     except BaseException:
         if claim is not None:
             await claim.release()
         raise
-    if claim is not None:
-        # The outcome is recorded by the turn's commit, in its transaction.
-        turn.commit_steps.append(claim.records("stream" if request.stream else "json"))
+    # The key's outcome is recorded by the turn's commit, in its transaction.
+    hooks = (
+        NO_HOOKS
+        if claim is None
+        else CommitHooks(steps=(claim.records("stream" if request.stream else "json"),))
+    )
     if request.stream:
         return Streaming(
-            await open_stream(services, turn, guard=None if claim is None else claim.hold)
+            await open_stream(
+                services, turn, guard=None if claim is None else claim.hold, hooks=hooks
+            )
         )
-    work = run_turn(services, turn)
+    work = run_turn(services, turn, hooks=hooks)
     try:
         return Final(await (work if claim is None else claim.hold(work)))
     except TurnFailed as failed:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from agentic_api.messages.stream import MessageStream, open_message_stream
+from agentic_api.messages.turn import PreparedMessage, create_message
 from agentic_api.services import Services
-from agentic_api.turns.message_stream import MessageStream, open_message_stream
-from agentic_api.turns.messages import PreparedMessage, create_message
 
 
 async def answer_message(services: Services, turn: PreparedMessage) -> bytes | MessageStream:

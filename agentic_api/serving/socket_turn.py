@@ -2,12 +2,12 @@
 connection sends, and what the connection keeps of it.
 
 Each lane keeps its latest unstored response's whole history
-(``turns/connection_histories.py``) so that ``store: false`` chains continue within the
-connection: a turn that completes replaces it; one that fails, or that cannot be prepared,
-forgets the response it continued (its history is no longer what the client's next turn
-would build on). A stored turn is not kept: its continuation reads its row, as over HTTP,
-so a deleted or purged response is refused at once, by every process. A kept history is
-continued only while what it holds of storage (the stored response it continued, the
+(``turns/prepare/connection_histories.py``) so that ``store: false`` chains continue within
+the connection: a turn that completes replaces it; one that fails, or that cannot be
+prepared, forgets the response it continued (its history is no longer what the client's next
+turn would build on). A stored turn is not kept: its continuation reads its row, as over
+HTTP, so a deleted or purged response is refused at once, by every process. A kept history
+is continued only while what it holds of storage (the stored response it continued, the
 conversation it began in) is still there, checked against storage before each
 continuation; otherwise the connection answers as a fresh one would.
 """
@@ -20,13 +20,14 @@ from typing import Any
 from agentic_api.errors import ApiError
 from agentic_api.services import Services
 from agentic_api.storage.conversations import ConversationRepository
-from agentic_api.turns.connection_histories import (
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.prepare.connection_histories import (
     ConnectionHistories,
     LaneHistory,
     lane_history_after,
 )
-from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
-from agentic_api.turns.render import agentic_context_of
+from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.run import TurnFailed, run_without_model
 from agentic_api.turns.stream import TurnStream, open_stream
 from agentic_api.wire.requests import CreateResponseRequest
@@ -38,7 +39,6 @@ class SocketTurn:
     """A lane's turn under way: read ``stream`` to its end, then ``settle``."""
 
     stream: TurnStream
-    turn: PreparedTurn
     histories: ConnectionHistories
     lane: str
     # The kept history the turn continued, if it continued one.
@@ -46,7 +46,8 @@ class SocketTurn:
 
     async def settle(self) -> None:
         """Waits for the turn's end and keeps what the lane continues from."""
-        turn = self.turn
+        # The turn as it was sent (its fingerprint bound to the upstream's tokenizer).
+        turn = self.stream.run.turn
         try:
             final = await self.stream.result()
         except (TurnFailed, ApiError):
@@ -54,7 +55,7 @@ class SocketTurn:
             return
         if final["status"] in CONTINUABLE_STATUSES:
             # What the model saw, which differs from the client's output when tools ran.
-            seen = turn.model_output
+            seen = self.stream.run.model_output
             output = final["output"] if seen is None else [item.as_dict() for item in seen]
             _remember(self.histories, self.lane, turn, self.base, output)
 
@@ -72,15 +73,7 @@ async def start_socket_turn(
     of the turn recorded without the model (already kept for the lane)."""
     base = await _kept_base(services, caller.tenant_id, histories, request)
     try:
-        turn = await prepare_turn(
-            services.db,
-            caller,
-            request,
-            histories=services.histories,
-            local=histories,
-            tags=services.session_tags,
-            agentic_context=agentic_context_of(services.settings),
-        )
+        turn = await prepare_turn(services, caller, request, local=histories)
     except ApiError:
         _forget_parent(histories, request)
         raise
@@ -88,7 +81,7 @@ async def start_socket_turn(
         events = await run_without_model(services, turn)
         _remember(histories, lane, turn, base, [])
         return events
-    return SocketTurn(await open_stream(services, turn), turn, histories, lane, base)
+    return SocketTurn(await open_stream(services, turn), histories, lane, base)
 
 
 async def _kept_base(

@@ -389,7 +389,11 @@ class AdminRepository:
             tree,
             and_(
                 Response.previous_response_id == tree.c.id,
-                Response.tenant_id == tree.c.tenant_id,
+                # Compared as an expression, not the bare column: SQLite's planner (no
+                # statistics) otherwise walks each step through the (tenant_id,
+                # created_at) index, every row of the tenant per level (1.5 s for a
+                # 100-turn chain among 4,000 rows), instead of previous_response_id's.
+                Response.tenant_id.concat("") == tree.c.tenant_id,
             ),
         )
         tree = tree.union_all(child)

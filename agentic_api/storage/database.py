@@ -7,16 +7,20 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from agentic_api.metrics import DB_STATEMENTS
 from agentic_api.storage.engine import create_engine
 from agentic_api.storage.errors import DatabaseBusy
+from agentic_api.storage.migrate import require_current
 from agentic_api.storage.timing import timed_transaction
 from agentic_api.storage.turn_store import TurnStore, open_turn_store
 
 __all__ = ["Database", "DatabaseBusy"]
+
+# Where alembic keeps the revision a database is at (its default name).
+VERSION_TABLE = "alembic_version"
 
 
 class Database:
@@ -84,8 +88,20 @@ class Database:
                     raise
 
     async def ping(self) -> None:
-        async with self.engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
+        """Raises unless the database answers with this release's schema
+        (``SchemaNotCurrent``: never migrated, behind or ahead)."""
+        require_current(await self.schema_revisions())
+
+    async def schema_revisions(self) -> frozenset[str] | None:
+        """The revisions in ``alembic_version``, or ``None`` when there is no such table
+        (a database never migrated)."""
+        async with self.read() as session:
+            connection = await session.connection()
+            exists = await connection.run_sync(lambda sync: inspect(sync).has_table(VERSION_TABLE))
+            if not exists:
+                return None
+            rows = await connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))
+            return frozenset(str(row[0]) for row in rows)
 
     async def close(self) -> None:
         if "turns" in self.__dict__:

@@ -7,11 +7,12 @@ from typing import Any
 
 import orjson
 from sqlalchemy import event
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, ExceptionContext
 from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from agentic_api.storage.errors import is_connection_lost
 from agentic_api.storage.sqlite.drivers import INLINE_DRIVER, ONE_HOP_DRIVER
 from agentic_api.storage.sqlite.pragmas import SQLITE_BUSY_TIMEOUT_MS, connection_pragmas
 
@@ -46,7 +47,24 @@ def create_engine(
         pool_recycle=1800,
     )
     _ping_after_idle(engine)
+    _discard_broken_connections(engine)
     return engine
+
+
+def _discard_broken_connections(engine: AsyncEngine) -> None:
+    """A connection whose statement failed at the connection level is invalidated (closed,
+    never pooled again), as the pool does for what the dialect recognizes as a
+    disconnect. The asyncpg dialect recognizes one only once the driver has marked the
+    connection closed; a backend terminated mid-statement (``pg_terminate_backend``, a
+    restart) is often reported before that, and such a connection went back to the pool
+    to fail the next request with "cannot switch to state 12; another operation is in
+    progress". With a disconnect, SQLAlchemy also recycles the connections pooled before
+    it, at their next checkout: a restarted server has closed them all."""
+
+    @event.listens_for(engine.sync_engine, "handle_error")
+    def _connection_level(context: ExceptionContext) -> None:
+        if not context.is_disconnect and is_connection_lost(context.original_exception):
+            context.is_disconnect = True
 
 
 # A pooled connection unused for this long is pinged before it is handed out; one in

@@ -19,20 +19,22 @@ class SessionOwner:
     salt_epoch: int
     conversation_id: str | None
     response_id: str | None
+    # Whose prefix the branch residency is of: the response, or a conversation's latest.
+    branch_response_id: str | None
 
 
 async def conversation_owner(session: AsyncSession, conversation_id: str) -> SessionOwner | None:
-    """A conversation is its own session."""
+    """A conversation is its own session; its branch is its latest response's."""
     row = (
         await session.execute(
-            select(Conversation.tenant_id, Tenant.salt_epoch)
+            select(Conversation.tenant_id, Tenant.salt_epoch, Conversation.head_response_id)
             .join(Tenant, Tenant.id == Conversation.tenant_id)
             .where(Conversation.id == conversation_id)
         )
     ).first()
     if row is None:
         return None
-    return SessionOwner(conversation_id, row[0], row[1], conversation_id, None)
+    return SessionOwner(conversation_id, row[0], row[1], conversation_id, None, row[2])
 
 
 async def response_owner(session: AsyncSession, response_id: str) -> SessionOwner | None:
@@ -48,4 +50,4 @@ async def response_owner(session: AsyncSession, response_id: str) -> SessionOwne
     ).first()
     if row is None:
         return None
-    return SessionOwner(row[0], row[1], row[2], row[3], response_id)
+    return SessionOwner(row[0], row[1], row[2], row[3], response_id, response_id)

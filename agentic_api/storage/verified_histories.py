@@ -10,7 +10,7 @@ after eviction, or in another process) it rehydrates from storage as before, fai
 
 Only ``previous_response_id`` chains are kept: a chain that began in a conversation
 depends on the conversation's items as they are now (items deleted there make it
-uncontinuable, ``turns/history.py``), which this process cannot see change.
+uncontinuable, ``turns/prepare/history.py``), which this process cannot see change.
 
 Entries share their items (a child's history is its parent's plus a few items), so the
 memory held is about the size of the histories' distinct items; the budget charges every

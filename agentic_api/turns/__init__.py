@@ -1,1 +1,18 @@
-"""The domain: one turn = resolve lineage -> rehydrate -> render -> run upstream -> commit."""
+"""One Responses turn, by phase, each package using only those listed after it:
+
+- ``run.py``, ``stream.py``: the entry points (a turn run to its end; a streamed turn's
+  handle);
+- ``kinds/``: what a turn does upstream: the plain turn (one round), the tool loop, compaction,
+  and the two requests that use a prepared turn without running it (its input tokens
+  counted, its history compacted);
+- ``runner/``: what every kind runs on: the turn in progress, the upstream round and its
+  failure rule, the relay, the channel to a streaming client, token truth, and the end
+  (commit, terminal event, or the stored failure);
+- ``prepare/``: everything before the model is called: lineage, the verified history
+  (stored, kept in process, a conversation's, a WebSocket connection's), approvals, the
+  rendered upstream request;
+- ``data/``: what a turn is, as values every phase shares: the caller, the prepared turn,
+  commit hooks, the token plan.
+
+The import-linter contract in pyproject.toml holds that order.
+"""

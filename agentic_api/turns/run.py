@@ -1,55 +1,81 @@
-"""Running a prepared turn: its rounds upstream (``turns/round.py``), then its commit
-(``turns/finish.py``). A plain turn takes one round; turns in which the gateway runs
-tools take several (``turns/tool_loop.py``), compacting turns one summary request
-(``turns/compaction.py``). All share one ``TurnInProgress``."""
+"""Running a prepared turn: its kind's rounds upstream (``turns/kinds/``: the plain
+turn's one round, the tool loop's several, compaction's summary request), then its end
+(``turns/runner/finish.py:end_turn``, the one place a turn ends, committed or failed).
+All share one ``TurnInProgress``."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Coroutine
 from typing import Any
 
 from agentic_api.errors import ApiError
 from agentic_api.services import Services
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.commit import commit_turn
-from agentic_api.turns.compaction import run_compaction_turn
-from agentic_api.turns.finish import TurnFailed, complete_turn
-from agentic_api.turns.in_progress import TurnInProgress
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.relay import StreamRelay
-from agentic_api.turns.round import upstream_round
-from agentic_api.turns.tokens import attach_tokens
-from agentic_api.turns.tool_loop import run_tool_turn
+from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.kinds.compaction import run_compaction_turn
+from agentic_api.turns.kinds.plain import run_plain_turn
+from agentic_api.turns.kinds.tool_loop import run_tool_turn
+from agentic_api.turns.runner.channel import TurnChannel
+from agentic_api.turns.runner.commit import commit_turn
+from agentic_api.turns.runner.finish import TurnFailed, end_turn
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.turns.runner.tokens import attach_tokens
 from agentic_api.wire.events import snapshot_event, terminal_event
-from agentic_api.wire.items import to_item
-from agentic_api.wire.response_object import empty_usage, finish_response, normalize_usage
+from agentic_api.wire.response_object import empty_usage, finish_response
 from agentic_api.wire.status import CREATED
 
-__all__ = ["TurnFailed", "run_turn", "run_without_model"]
+__all__ = ["TurnFailed", "begin_turn", "run_begun", "run_turn", "run_without_model"]
 
 
-async def run_turn(
-    services: Services, turn: PreparedTurn, channel: TurnChannel | None = None
-) -> dict[str, Any]:
-    """Runs the turn to its end and returns the final Response object.
+def run_turn(
+    services: Services,
+    turn: PreparedTurn,
+    channel: TurnChannel | None = None,
+    *,
+    hooks: CommitHooks = NO_HOOKS,
+) -> Coroutine[Any, Any, dict[str, Any]]:
+    """Runs the turn to its end (await it) and returns the final Response object.
 
     Raises ``ApiError`` if it was refused before it began (nothing is stored; a
     ``channel`` gets the refusal as ``failed_to_open``) and ``TurnFailed`` if it failed
-    after (the failure is stored).
+    after (the failure is stored). ``hooks``: what its commit runs besides storing it.
+    The turn begins (its token plan attached) when this is called; the coroutine is
+    ``run_begun``'s own, so running it costs no extra level of calls.
     """
-    attach_tokens(services, turn)
-    run = TurnInProgress(services, turn, channel)
-    residency = services.residency
+    return run_begun(begin_turn(services, turn, channel, hooks=hooks))
+
+
+def begin_turn(
+    services: Services,
+    turn: PreparedTurn,
+    channel: TurnChannel | None = None,
+    *,
+    hooks: CommitHooks = NO_HOOKS,
+) -> TurnInProgress:
+    """The turn about to be sent: its token plan attached (which may bind its fingerprint
+    and ask for ids in its body) and its in-progress state, for ``run_begun``."""
+    turn, tokens = attach_tokens(services, turn)
+    return TurnInProgress(services, turn, channel, hooks=hooks, tokens=tokens)
+
+
+async def run_begun(run: TurnInProgress) -> dict[str, Any]:
+    """``run_turn``'s work, for a turn whose in-progress state its caller keeps."""
+    turn, channel = run.turn, run.channel
+    residency = run.services.residency
     if residency is not None:
         # Before the upstream call: were the session's blocks evicted while it was idle?
         residency.turn_started(turn.lineage.session_id)
     try:
-        if turn.compacts:
-            final = await run_compaction_turn(run)
-        elif turn.runs_tools:
-            final = await run_tool_turn(run)
-        else:
-            final = await _run_plain(run)
+        async with run.held:
+            if turn.compacts:
+                ending = await run_compaction_turn(run)
+            elif turn.runs_tools:
+                ending = await run_tool_turn(run)
+            else:
+                ending = await run_plain_turn(run)
+            final = await end_turn(run, ending)
         return run.meter.finished(final)
     except TurnFailed as failed:
         run.meter.finished(failed.response)
@@ -63,32 +89,6 @@ async def run_turn(
             residency.turn_finished(turn.lineage.session_id)
         if channel is not None:
             channel.close()
-
-
-async def _run_plain(run: TurnInProgress) -> dict[str, Any]:
-    """One round; its output is the turn's, as the client sees it and as it is stored."""
-    relay, emit = run.relay, run.emit
-    show_start = run.show_start
-
-    def relay_as_is(event: dict[str, Any]) -> None:
-        if not relay.opened:
-            show_start(event)
-        ours = relay.translate(event)
-        if ours is not None:
-            emit(ours)
-
-    await upstream_round(run, run.turn.body, relay_as_is)
-    upstream = relay.upstream_final or {}
-    output = relay.final_output()
-    return await complete_turn(
-        run,
-        status="incomplete" if upstream.get("status") == "incomplete" else "completed",
-        output=output,
-        model_output=[to_item(item) for item in output],
-        usage=normalize_usage(upstream.get("usage")),
-        upstream=upstream,
-        incomplete_details=upstream.get("incomplete_details"),
-    )
 
 
 async def run_without_model(services: Services, turn: PreparedTurn) -> list[dict[str, Any]]:

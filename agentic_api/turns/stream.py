@@ -22,9 +22,10 @@ from types import TracebackType
 from typing import Any
 
 from agentic_api.services import Services
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.prepare import PreparedTurn
-from agentic_api.turns.run import run_turn
+from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.run import begin_turn, run_begun
+from agentic_api.turns.runner.channel import TurnChannel
 
 Work = Coroutine[Any, Any, dict[str, Any]]
 # Wraps the turn's run in what must last exactly as long (an Idempotency-Key's hold).
@@ -32,12 +33,20 @@ Guard = Callable[[Work], Work]
 
 
 class TurnStream:
-    def __init__(self, services: Services, turn: PreparedTurn, guard: Guard | None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        turn: PreparedTurn,
+        guard: Guard | None,
+        hooks: CommitHooks = NO_HOOKS,
+    ) -> None:
         self.channel = TurnChannel()
         # The channel's own method, so that reading an event costs no extra call.
         self.next_event = self.channel.next_event
         self.cancel_on_disconnect = services.settings.stream_disconnect == "cancel"
-        work = run_turn(services, turn, self.channel)
+        # What the turn wrote while it ran (what the model saw, once it completed).
+        self.run = begin_turn(services, turn, self.channel, hooks=hooks)
+        work = run_begun(self.run)
         self.task: asyncio.Task[dict[str, Any]] = services.spawn(
             work if guard is None else guard(work)
         )
@@ -71,9 +80,13 @@ class TurnStream:
 
 
 async def open_stream(
-    services: Services, turn: PreparedTurn, *, guard: Guard | None = None
+    services: Services,
+    turn: PreparedTurn,
+    *,
+    guard: Guard | None = None,
+    hooks: CommitHooks = NO_HOOKS,
 ) -> TurnStream:
     """Starts the turn; returns once the upstream accepted it (raises its refusal)."""
-    stream = TurnStream(services, turn, guard)
+    stream = TurnStream(services, turn, guard, hooks)
     await stream.wait_opened()
     return stream

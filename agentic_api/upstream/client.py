@@ -2,7 +2,7 @@
 
 aiohttp rather than httpx for this leg: it is on every turn's critical path, and measured
 against the simulator with a depth-40 body (12 KB) it spends ~0.45 ms of CPU per request
-where httpx spends ~1.4 ms (docs/benchmarks/README.md).
+where httpx spends ~1.4 ms (docs/benchmarks/overhead/README.md).
 """
 
 from __future__ import annotations

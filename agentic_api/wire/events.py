@@ -2,7 +2,7 @@
 path (SSE, stored-event replay, background follow, WebSocket) builds its events with.
 
 Events are built without ``sequence_number``; whoever orders the stream stamps it
-(``turns/relay.py`` for a live turn, the rebuilder and the background writers for
+(``turns/runner/relay.py`` for a live turn, the rebuilder and the background writers for
 theirs).
 """
 

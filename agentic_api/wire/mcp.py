@@ -3,7 +3,7 @@
 input item a client answers an approval request with.
 
 These are the client-facing shapes only: what the model sees of a gateway-run tool is a
-plain ``function_call`` / ``function_call_output`` pair (see ``turns/tool_loop.py``).
+plain ``function_call`` / ``function_call_output`` pair (see ``turns/kinds/tool_loop.py``).
 The item ids a gateway call shows the client are derived from the id of the model's
 ``function_call`` item (same random part, another prefix), so the stored model-visible
 history is enough to find the call an approval answers.

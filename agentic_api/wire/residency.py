@@ -64,6 +64,43 @@ class ReplicaResidency(BaseModel):
     coverage_resets: list[CoverageReset]
 
 
+class BranchOnReplica(BaseModel):
+    replica: str
+    connected: bool = Field(description="This process's subscription has a live publisher.")
+    block_size: int | None = Field(description="Tokens per block, as the replica reported.")
+    resident_tokens: int = Field(
+        description="Leading tokens of the response's prompt + output that the replica "
+        "reported holding (full blocks, whoever stored them: the parent's, a sibling's, "
+        "another session's shared prefix), and has not reported removing."
+    )
+    reusable_tokens: int | None = Field(
+        description="The most a continuation can be served of them: every full block of "
+        "the prompt + output but its last token (which has no KV); null without a block "
+        "size."
+    )
+    coverage_since: float | None = Field(
+        description="Since when this replica's reports are complete here (first event, or "
+        "the last reset)."
+    )
+
+
+class BranchResidency(BaseModel):
+    """A response's own leading prefix (its branch), not its session's tally."""
+
+    response_id: str
+    available: bool = Field(
+        description="False when the response's token ids are not known (token artifacts "
+        "off, an upstream that does not report them, or expired): nothing can be matched."
+    )
+    reason: str | None = Field(description="Why it is not available.")
+    tokens: int | None = Field(description="The response's prompt + output tokens.")
+    resident_tokens: int = Field(description="The most any replica holds of them.")
+    replica: str | None = Field(
+        description="The replica holding the most (null when none holds any)."
+    )
+    replicas: list[BranchOnReplica]
+
+
 class SessionResidency(BaseModel):
     object: Literal["admin.session_residency"] = "admin.session_residency"
     session_id: str
@@ -73,6 +110,11 @@ class SessionResidency(BaseModel):
     tracking: bool = Field(description="False when this server follows no KV events.")
     resident_tokens: int = Field(description="Sum over replicas.")
     replicas: list[ReplicaResidency]
+    branch: BranchResidency | None = Field(
+        description="How much of the response's own prompt + output is resident, and where "
+        "(a conversation: its latest response); what its next continuation can reuse. "
+        "Null for a conversation without a response, or when no KV events are followed."
+    )
     note: str = RESIDENCY_NOTE
 
 
@@ -80,8 +122,10 @@ class TurnResidency(BaseModel):
     """Why a continuation reused less than its history allowed, from the KV events."""
 
     expected_cached_tokens: int = Field(
-        description="Every full block of the previous turn's prompt (what a resident "
-        "prefix gives), capped by what vLLM can reuse of this prompt."
+        description="What a resident prefix gives: the turn's token account's "
+        "expected_cached (full blocks of the parent's prompt + output this prompt repeats); "
+        "without an account, every full block of the previous turn's prompt, capped by "
+        "what vLLM can reuse of this prompt."
     )
     measured_cached_tokens: int
     cause: Literal["evicted", "replica_reset", "other_replica", "not_seen"]

@@ -19,8 +19,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from agentic_api.bench.agents import AgentsConfig, summarize
-from agentic_api.bench.agents_report import load_run, write_run
+from agentic_bench.agents import AgentsConfig, summarize
+from agentic_bench.agents_report import load_run, write_run
 
 
 def tap_records(paths: list[Path], run: str) -> dict[tuple[int, int], dict[str, Any]]:

@@ -5,7 +5,7 @@
 #
 #   scripts/bench/overhead.sh [NAME] [CONCURRENCY] [DEPTHS] [PROBES]
 #
-# Env: OUT (default docs/benchmarks), DB (sqlite | postgres; default sqlite), WORKERS (our
+# Env: OUT (default docs/benchmarks/overhead), DB (sqlite | postgres; default sqlite), WORKERS (our
 # HTTP workers, default auto: the server's own default), PEER (default:
 # ~/.cache/agentic-api/peer-venv, set to "" to leave it out; install: python3 -m venv DIR &&
 # DIR/bin/pip install agentic-api==0.9.0), BASE_PORT (default 18700: the simulator, ours +1,
@@ -17,7 +17,7 @@ NAME=${1:-overhead_sim_sqlite_c1}
 CONC=${2:-1}
 DEPTHS=${3:-10,40,200}
 PROBES=${4:-40}
-OUT=${OUT:-docs/benchmarks}
+OUT=${OUT:-docs/benchmarks/overhead}
 DB=${DB:-sqlite}
 WORKERS=${WORKERS:-auto}
 PEER=${PEER-$HOME/.cache/agentic-api/peer-venv}

@@ -13,6 +13,14 @@
    prefix (``--prefix-blocks``) as stored: the cost of one such batch.
 4. ``hooks``: the per-turn hooks the serving process runs (turn_started/turn_finished).
 
+``--predict URL`` (docs/benchmarks/residency/): against our server in front of a real
+vLLM with a small KV cache and KV events, whether residency predicts the hit or miss of
+the next continuation, for forked branches of one session and for sessions that start on
+a shared prefix, with random other traffic evicting between turns. Before each
+continuation it reads the parent's residency (the branch: its own prompt + output's
+leading resident tokens; the session: its tally), then compares with the measured
+``cached_tokens`` and the turn's token account's ``expected_cached``.
+
 Timings use ``time.thread_time`` / ``process_time`` (CPU, not wall) so a busy shared
 machine inflates them less.
 """
@@ -257,6 +265,150 @@ def bench_vllm(url: str, endpoint: str, turns: int) -> dict[str, dict[str, float
     return out
 
 
+class Predictions:
+    """Our server (and its admin view) in front of one replica; one row per continuation."""
+
+    def __init__(self, url: str, key: str, admin_key: str, replica: str, seed: int) -> None:
+        import httpx
+
+        self.http = httpx.Client(base_url=url, timeout=300)
+        self.key = {"Authorization": f"Bearer {key}"}
+        self.admin = {"Authorization": f"Bearer {admin_key}"}
+        self.replica = replica
+        self.random = random.Random(seed)
+        self.rows: list[dict[str, object]] = []
+        self.noise = 0
+
+    def create(self, text: str, **fields: object) -> dict[str, object]:
+        body = {"model": "tiny-llama", "input": text, "temperature": 0, "max_output_tokens": 4}
+        answer = self.http.post("/v1/responses", json={**body, **fields}, headers=self.key)
+        answer.raise_for_status()
+        return dict(answer.json())
+
+    def words(self, tag: str, count: int) -> str:
+        return tag + " " + " ".join(f"w{self.random.randrange(400)}" for _ in range(count))
+
+    def pressure(self) -> None:
+        """Other agents' turns, 0 to ~4,000 tokens of new blocks (~3 tokens a word) against
+        a 2,048-token cache: evicts nothing, some, or all of the rest."""
+        for _ in range(self.random.choice((0, 0, 1, 2, 3, 4, 5))):
+            self.noise += 1
+            self.create(self.words(f"noise{self.noise}", self.random.randrange(100, 280)))
+
+    def residency(self, response_id: str) -> tuple[int, int]:
+        """(branch, session) resident tokens of the response on our replica."""
+        time.sleep(0.3)  # the last engine step's events are on their way
+        view = self.http.get(
+            f"/admin/v1/responses/{response_id}/residency", headers=self.admin
+        ).json()
+        session = next(r for r in view["replicas"] if r["replica"] == self.replica)
+        branch = next(r for r in view["branch"]["replicas"] if r["replica"] == self.replica)
+        return int(branch["resident_tokens"]), int(session["resident_tokens"])
+
+    def continue_(self, scenario: str, parent: str, text: str, **fields: object) -> str:
+        branch, session = self.residency(parent)
+        made = self.create(text, **fields)
+        usage = made["usage"]
+        assert isinstance(usage, dict)
+        measured = int(usage["input_tokens_details"]["cached_tokens"])
+        account = self.http.get(
+            f"/admin/v1/responses/{made['id']}/token_account", headers=self.admin
+        ).json()["account"]
+        if account is None or account.get("expected_cached") is None:
+            raise SystemExit(f"no token account for {made['id']}: {account}")
+        expected = int(account["expected_cached"])
+        hit = measured >= expected
+        self.rows.append(
+            {
+                "scenario": scenario,
+                "expected": expected,
+                "measured": measured,
+                "branch_resident": branch,
+                "session_resident": session,
+                "hit": hit,
+                "branch_predicts": (branch >= expected) == hit,
+                "branch_exact": min(branch, expected) == min(measured, expected),
+                "session_predicts": (session >= expected) == hit,
+            }
+        )
+        return str(made["id"])
+
+    def forks(self, rounds: int) -> None:
+        """A session's trunk, forked twice; other traffic between turns; each branch
+        continued once (in random order), then each continuation once more."""
+        for r in range(rounds):
+            trunk = str(self.create(self.words(f"trunk{r}", 60))["id"])
+            tips = [
+                str(self.create(self.words(f"b{r}{side}", 40), previous_response_id=trunk)["id"])
+                for side in "lr"
+            ]
+            for _ in range(2):
+                self.pressure()
+                order = list(range(len(tips)))
+                self.random.shuffle(order)
+                for i in order:
+                    tips[i] = self.continue_(
+                        "forks", tips[i], self.words(f"c{r}{i}", 12), previous_response_id=tips[i]
+                    )
+
+    def shared(self, rounds: int, sessions: int) -> None:
+        """Conversations whose first turn starts on one shared document (instructions),
+        each continued twice with other traffic in between."""
+        for r in range(rounds):
+            document = self.words(f"doc{r}", 70)
+            heads: list[tuple[str, str]] = []
+            for i in range(sessions):
+                conversation = self.http.post(
+                    "/v1/conversations", json={}, headers=self.key
+                ).json()["id"]
+                made = self.create(
+                    self.words(f"q{r}{i}", 15), instructions=document, conversation=conversation
+                )
+                heads.append((conversation, str(made["id"])))
+            for _ in range(2):
+                self.pressure()
+                for i, (conversation, head) in enumerate(heads):
+                    heads[i] = (
+                        conversation,
+                        self.continue_(
+                            "shared_prefix",
+                            head,
+                            self.words(f"n{r}{i}", 10),
+                            instructions=document,
+                            conversation=conversation,
+                        ),
+                    )
+
+    def summary(self) -> dict[str, object]:
+        out: dict[str, object] = {}
+        for scenario in ("forks", "shared_prefix"):
+            rows = [row for row in self.rows if row["scenario"] == scenario]
+            out[scenario] = {
+                "continuations": len(rows),
+                "hits": sum(1 for row in rows if row["hit"]),
+                "misses": sum(1 for row in rows if not row["hit"]),
+                "branch_predicts_hit_or_miss": sum(1 for row in rows if row["branch_predicts"]),
+                "branch_predicts_cached_tokens": sum(1 for row in rows if row["branch_exact"]),
+                "session_tally_predicts_hit_or_miss": sum(
+                    1 for row in rows if row["session_predicts"]
+                ),
+            }
+        return out
+
+
+def bench_predict(args: argparse.Namespace) -> dict[str, object]:
+    run = Predictions(args.predict, args.api_key, args.admin_key, args.replica, args.seed)
+    run.forks(args.rounds)
+    run.shared(args.rounds, args.sessions_sharing)
+    # What the replica sent to get there (our server's counters, this run only).
+    events = {
+        line.split("{")[0] + "{" + line.split("{")[1].split("}")[0] + "}": float(line.split()[-1])
+        for line in run.http.get("/metrics").text.splitlines()
+        if line.startswith(("agentic_kv_events_total", "agentic_kv_event_batches_total"))
+    }
+    return {"summary": {**run.summary(), "kv_events": events}, "rows": run.rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=10_000)
@@ -269,7 +421,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm", help="a tiny vLLM's URL, to count its events per report mode")
     ap.add_argument("--endpoint", help="that vLLM's KV-event endpoint (ipc://)")
     ap.add_argument("--vllm-turns", type=int, default=12)
+    ap.add_argument("--predict", help="our server's URL (in front of a real vLLM)")
+    ap.add_argument("--api-key", help="a tenant's key (--predict)")
+    ap.add_argument("--admin-key", help="an admin key (--predict)")
+    ap.add_argument("--replica", default="replica-a", help="the replica's name (--predict)")
+    ap.add_argument("--rounds", type=int, default=6, help="rounds per scenario (--predict)")
+    ap.add_argument("--sessions-sharing", type=int, default=3, help="(--predict)")
+    ap.add_argument("--seed", type=int, default=11)
     args = ap.parse_args(argv)
+    if args.predict:
+        result = bench_predict(args)
+        print(json.dumps(result["summary"], indent=2))
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        return 0
     if args.vllm:
         print(json.dumps(bench_vllm(args.vllm, args.endpoint, args.vllm_turns), indent=2))
         return 0

@@ -6,7 +6,7 @@
 #   scripts/bench/streaming.sh [NAME] [STREAMS] [OUTPUT_TOKENS] [DECODE_S_PER_TOKEN] [ROUNDS]
 #
 # DECODE_S_PER_TOKEN: the simulator's decode time per generated token (0.005 = 200 tokens/s
-# per stream, real time; 0 = as fast as it can). Env: OUT (default docs/benchmarks), DB
+# per stream, real time; 0 = as fast as it can). Env: OUT (default docs/benchmarks/streaming), DB
 # (sqlite | postgres; default sqlite), WORKERS (our HTTP workers, default auto: the
 # server's own default), PEER (default:
 # ~/.cache/agentic-api/peer-venv, set to "" to leave it out; install: python3 -m venv DIR &&
@@ -20,7 +20,7 @@ STREAMS=${2:-48}
 TOKENS=${3:-200}
 DECODE=${4:-0.005}
 ROUNDS=${5:-3}
-OUT=${OUT:-docs/benchmarks}
+OUT=${OUT:-docs/benchmarks/streaming}
 DB=${DB:-sqlite}
 WORKERS=${WORKERS:-auto}
 PEER=${PEER-$HOME/.cache/agentic-api/peer-venv}

@@ -9,7 +9,8 @@
 #     a marker file makes a second run a no-op.
 #   * a tiny random Llama + byte-level BPE tokenizer at
 #     ${AGENTIC_VLLM_MODEL_DIR:-$HOME/.cache/agentic-api/tiny-llama} (built offline by
-#     build_model.py; rebuilt only when build_model.py changes).
+#     build_model.py; rebuilt only when build_model.py changes); not with
+#     AGENTIC_VLLM_VENV_ONLY=1.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -48,6 +49,12 @@ else
     "$VENV/bin/python" "$HERE/launcher.py" --version >/dev/null
     echo "$VENV_KEY" >"$VENV_MARKER"
     log "venv ready in $(( $(date +%s) - start )) s"
+fi
+
+# serve.sh's local model is SmolLM2 (setup_smollm2.sh): it needs the venv only.
+if [[ "${AGENTIC_VLLM_VENV_ONLY:-0}" == "1" ]]; then
+    echo "AGENTIC_VLLM_VENV=$VENV"
+    exit 0
 fi
 
 BUILD_KEY="$(sha256sum "$HERE/build_model.py" | cut -d' ' -f1)"

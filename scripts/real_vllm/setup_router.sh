@@ -11,7 +11,9 @@ VENV="${AGENTIC_ROUTER_VENV:-$HOME/.cache/agentic-api/router-venv}"
 VERSION="${AGENTIC_ROUTER_VERSION:-0.1.17}"
 BIN="$VENV/bin/vllm-router"
 
-if [[ -x "$BIN" ]] && "$VENV/bin/python" -m pip show vllm-router 2>/dev/null | grep -qx "Version: $VERSION"; then
+# grep without -q: -q stops reading at the match, pip then dies of SIGPIPE, and under
+# pipefail the check failed every time (a reinstall on every call).
+if [[ -x "$BIN" ]] && "$VENV/bin/python" -m pip show vllm-router 2>/dev/null | grep -x "Version: $VERSION" >/dev/null; then
     echo "$BIN"
     exit 0
 fi

@@ -15,7 +15,8 @@
 #   AGENTIC_VLLM_KVCACHE_GB (VLLM_CPU_KVCACHE_SPACE, default 1; "none" leaves it unset, so
 #   that --kv-cache-memory-bytes N takes effect: the variable would override the flag),
 #   AGENTIC_VLLM_BLOCK_SIZE (default 32: vLLM's CPU attention only takes multiples of 32;
-#   --block-size 16 fails at start-up with "No common block size for 16").
+#   --block-size 16 fails at start-up with "No common block size for 16"),
+#   AGENTIC_VLLM_PROGRESS=1 (every 10 s while waiting: the time so far and the log's last line).
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -79,6 +80,7 @@ PID=$!
 echo "$PID" >"$PID_FILE"
 
 start=$(date +%s)
+last_progress=$start
 while true; do
     if health; then
         echo "vLLM up on $URL (pid $PID, $(( $(date +%s) - start )) s, log $LOG_FILE)" >&2
@@ -96,6 +98,10 @@ while true; do
         tail -n 60 "$LOG_FILE" >&2
         "$HERE/stop.sh" "$PORT" >&2 || true
         exit 1
+    fi
+    if [[ "${AGENTIC_VLLM_PROGRESS:-0}" == "1" ]] && (( $(date +%s) - last_progress >= 10 )); then
+        last_progress=$(date +%s)
+        echo "  loading, $(( last_progress - start )) s: $(tail -n 1 "$LOG_FILE" | cut -c1-110)" >&2
     fi
     sleep 1
 done

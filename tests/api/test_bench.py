@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agentic_api.bench.client import Target, TurnResult
-from agentic_api.bench.continuations import ContinuationConfig, chart, run_continuations
-from agentic_api.bench.output import Panel, Series, svg_chart, write_csv, write_json
-from agentic_api.bench.overhead import (
+from agentic_api.cli import app
+from agentic_bench.client import Target, TurnResult
+from agentic_bench.continuations import ContinuationConfig, chart, run_continuations
+from agentic_bench.output import write_csv, write_json
+from agentic_bench.overhead import (
     Chain,
     OverheadConfig,
     Probes,
@@ -25,9 +26,11 @@ from agentic_api.bench.overhead import (
     probe_interleaved,
     run_overhead,
 )
-from agentic_api.bench.stats import full_blocks, ideal_cached, percentile, summary, upper_cached
-from agentic_api.cli import app
+from agentic_bench.overhead import write_outputs as write_overhead
+from agentic_bench.redraw import chart_of
+from agentic_bench.stats import full_blocks, ideal_cached, percentile, summary, upper_cached
 from tests.conftest import RunningServer
+from tests.support.drawings import shown
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.upstream_sim import SimServer
 
@@ -77,23 +80,28 @@ def test_csv_json_and_svg_outputs(tmp_path: Path) -> None:
     ]
     write_json(tmp_path / "s.json", {"a": math.nan, "b": [1.23456789, math.inf]})
     assert json.loads((tmp_path / "s.json").read_text()) == {"a": None, "b": [1.234568, None]}
-    svg = svg_chart(
+    svg = chart(
         [
-            Panel("ratio", "r", [Series("bars", [(0, 0.5), (1, 1.0)], bars=True)], y_max=1.0),
-            Panel("lat", "s", [Series("a", [(0, 1.0), (1, 2.0), (2, math.nan)])]),
+            {"pair": 0, "hit_ratio": 0.5, "ideal_cached_tokens": 32, "input_tokens": 64,
+             "cold_latency_s": 1.0, "latency_s": 0.5},
+            {"pair": 1, "hit_ratio": 1.0, "ideal_cached_tokens": 64, "input_tokens": 64,
+             "cold_latency_s": 2.0, "latency_s": math.nan},
         ],
-        title="t <&>",
-        x_label="pair",
-    )
+        "t <&>",
+    )  # fmt: skip
     root = ET.fromstring(svg)
     assert root.tag == f"{SVG}svg"
-    bars = [r for r in root.iter(f"{SVG}rect") if r.find(f"{SVG}title") is not None]
-    assert len(bars) == 2
-    # The bar for 1.0 is twice as tall as the one for 0.5, both standing on the axis.
+    heading = root.find(f"{SVG}text")
+    assert heading is not None and heading.text == "t <&>"
+    hit, latency = root.findall(f"{SVG}svg")  # one panel each, stacked
+    bars = [r for r in hit.iter(f"{SVG}rect") if "rect" in r.get("class", "").split()]
+    assert len(bars) == 4  # hit and ideal ratio for each pair
+    # The bars for 1.0 are twice as tall as those for 0.5, all standing on the axis.
     heights = sorted(float(b.get("height", "0")) for b in bars)
-    assert heights[1] == pytest.approx(2 * heights[0], rel=1e-2)
-    assert len(list(root.iter(f"{SVG}circle"))) == 2  # the NaN point is left out
-    assert len(list(root.iter(f"{SVG}polyline"))) == 1
+    assert heights == pytest.approx([heights[0], heights[0], 2 * heights[0], 2 * heights[0]])
+    assert len({round(float(b.get("y", "0")) + float(b.get("height", "0")), 6) for b in bars}) == 1
+    assert len(list(latency.iter(f"{SVG}circle"))) == 3  # the NaN latency is left out
+    assert "<script" not in svg
 
 
 def test_continuations_through_our_server_reach_the_ideal(
@@ -164,7 +172,10 @@ def test_continuations_direct_report_the_replica(tmp_path: Path) -> None:
     summary_data = json.loads((tmp_path / "continuations.json").read_text())
     assert summary_data["summary"]["pairs"] == 3
     assert summary_data["summary"]["pairs_at_or_above_ideal"] == 3
-    ET.fromstring((tmp_path / "continuations.svg").read_text())
+    # bench chart draws the same chart again from the run's JSON and CSV.
+    drawn = (tmp_path / "continuations.svg").read_text()
+    assert len(shown(drawn)[1]) == 3 * 4  # hit and ideal bars, cold and continuation dots
+    assert shown(chart_of(tmp_path / "continuations.json")) == shown(drawn)
 
 
 def test_overhead_measures_each_depth_and_our_round_trips_stay_flat(
@@ -249,3 +260,24 @@ def test_probes_alternate_between_targets_batch_by_batch() -> None:
     # Batches of two (the last of one), the first target rotating: abc, bca, cab.
     assert log == ["a", "a", "b", "b", "c", "c", "b", "b", "c", "c", "a", "a", "c", "a", "b"]
     assert all(len(phase.results) == 5 and phase.wall_s > 0 for phase in phases)
+
+
+def test_bench_chart_redraws_an_overhead_run_and_refuses_a_foreign_json(tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = [
+        {"target": target, "depth": depth, "p50_s": p50, "p95_s": p50 * 1.5, "p99_s": p50 * 2}
+        for target, scale in (("direct", 1.0), ("ours", 1.2))
+        for depth, p50 in ((10, 0.020 * scale), (40, 0.030 * scale))
+    ]
+    add_overhead(rows, "direct")
+    meta = {"depths": [10, 40], "baseline": "direct"}
+    write_overhead(tmp_path, "oh", rows, [], meta, "direct")
+    drawn = (tmp_path / "oh.svg").read_text()
+    assert "ours: 40: 6" in shown(drawn)[1]  # 36 ms - 30 ms added at p50, depth 40
+    result = CliRunner().invoke(app, ["bench", "chart", str(tmp_path / "oh.json")])
+    assert result.exit_code == 0, result.output
+    assert shown((tmp_path / "oh.svg").read_text()) == shown(drawn)
+    (tmp_path / "other.json").write_text('{"unrelated": true}')
+    result = CliRunner().invoke(app, ["bench", "chart", str(tmp_path / "other.json")])
+    assert result.exit_code == 1
+    assert "not the JSON of a bench" in result.output
+    assert not (tmp_path / "other.svg").exists()

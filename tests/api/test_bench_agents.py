@@ -15,11 +15,13 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from agentic_api.bench.agents import TAG, AgentsConfig, run_agents, summarize
-from agentic_api.bench.agents_report import load_rows
-from agentic_api.bench.client import Target
 from agentic_api.cli import app
+from agentic_bench.agents import TAG, AgentsConfig, run_agents, summarize
+from agentic_bench.agents_report import load_rows
+from agentic_bench.client import Target
+from agentic_bench.redraw import chart_of
 from tests.conftest import RunningServer, running_server
+from tests.support.drawings import shown
 from tests.support.tenants import TenantKeys, create_admin_key
 from tests.upstream_sim import Fail, SimServer
 
@@ -295,7 +297,9 @@ def test_cli_runs_write_csv_json_svg_and_compare_in_a_report(tmp_path: Path) -> 
         assert len(list(csv.DictReader(handle))) == 4
     typed = load_rows(tmp_path / "policy-a.csv")
     assert {type(r["warm"]) for r in typed if r["turn"] == 2} == {bool}
-    ET.fromstring((tmp_path / "policy-a.svg").read_text())
+    drawn = (tmp_path / "policy-a.svg").read_text()
+    assert shown(drawn)[1]
+    assert shown(chart_of(tmp_path / "policy-a.json")) == shown(drawn)
 
     report = runner.invoke(
         app,

@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from agentic_api.bench.client import Target
-from agentic_api.bench.overhead import OverheadConfig, run_overhead
-from agentic_api.bench.process_cpu import CpuMeter, ProcessGone, read_stat, tree_cpu_seconds
-from agentic_api.bench.streaming import (
+from agentic_api.cli import app
+from agentic_bench.client import Target
+from agentic_bench.overhead import OverheadConfig, run_overhead
+from agentic_bench.process_cpu import CpuMeter, ProcessGone, read_stat, tree_cpu_seconds
+from agentic_bench.redraw import chart_of
+from agentic_bench.streaming import (
     Round,
     SseSplitter,
     StreamingConfig,
@@ -32,8 +34,8 @@ from agentic_api.bench.streaming import (
     summarize,
     table,
 )
-from agentic_api.cli import app
 from tests.conftest import make_database, running_server
+from tests.support.drawings import shown
 from tests.support.processes import Process, process_env
 from tests.support.tenants import create_tenant
 from tests.upstream_sim import Fail, Malformed, SimServer, StreamError
@@ -381,7 +383,9 @@ def test_cli_reports_our_server_cpu_per_event(
     assert len(cpu_rounds) == 2 and all(r["cpu_s"] is not None for r in cpu_rounds)
     with (tmp_path / "cpu_streams.csv").open() as handle:
         assert len(list(csv.DictReader(handle))) == 2 * 2 * 6
-    svg = ET.fromstring((tmp_path / "cpu.svg").read_text())
+    drawn = (tmp_path / "cpu.svg").read_text()
+    assert shown(chart_of(tmp_path / "cpu.json")) == shown(drawn)
+    svg = ET.fromstring(drawn)
     titles = [t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}text")]
     assert any("CPU per 1,000" in t for t in titles)
 

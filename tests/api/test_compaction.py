@@ -22,7 +22,7 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_input_param import CompactionTrigger, FunctionCallOutput
 
-from agentic_api.turns.summary_request import SUMMARY_REQUEST
+from agentic_api.turns.prepare.summary_request import SUMMARY_REQUEST
 from agentic_api.wire.summary import SUMMARY_HEADER
 from tests.conftest import RunningServer
 from tests.support.prefix_reuse import reusable_tokens, shared_prefix_tokens

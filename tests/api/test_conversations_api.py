@@ -15,7 +15,7 @@ from openai.types.responses import ToolParam
 from sqlalchemy import text
 
 from agentic_api.storage.database import Database
-from agentic_api.turns.history import salt_identity
+from agentic_api.turns.prepare.history import salt_identity
 from lineage import prefix_digest
 from tests.conftest import RunningServer
 from tests.support.tenants import TenantKeys, create_tenant

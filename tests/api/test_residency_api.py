@@ -384,3 +384,126 @@ def test_without_endpoints_nothing_is_tracked(server: RunningServer) -> None:
     )
     assert answer.status_code == 200
     assert (answer.json()["tracking"], answer.json()["replicas"]) == (False, [])
+
+
+def response_view(admin: httpx.Client, response_id: str) -> Callable[[], dict[str, Any]]:
+    def read() -> dict[str, Any]:
+        answer = admin.get(f"/responses/{response_id}/residency")
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    return read
+
+
+def branch_on(view: dict[str, Any], name: str) -> dict[str, Any]:
+    branch = view["branch"]
+    assert branch is not None and branch["available"] is True, view
+    found: list[dict[str, Any]] = [r for r in branch["replicas"] if r["replica"] == name]
+    (one,) = found
+    return one
+
+
+def test_forked_branches_answer_for_their_own_prefix_after_one_is_evicted(
+    kv_server: RunningServer,
+    client: OpenAI,
+    admin: httpx.Client,
+    kv_sim: SimServer,
+    names: dict[str, str],
+) -> None:
+    name = names["sim"]
+    kv_sim.reset()
+    root = client.responses.create(model="sim-model", input=words("trunk", 40))
+    left = client.responses.create(
+        model="sim-model", input=words("left", 30), previous_response_id=root.id
+    )
+    right = client.responses.create(
+        model="sim-model", input=words("right", 30), previous_response_id=root.id
+    )
+
+    def whole(view: dict[str, Any]) -> bool:
+        found = branch_on(view, name)
+        return bool(found["resident_tokens"] >= found["reusable_tokens"])
+
+    for fork in (left, right):
+        view = wait_for(response_view(admin, fork.id), whole)
+        assert view["branch"]["replica"] == name and view["branch"]["response_id"] == fork.id
+
+    # Another tenant's small turns push out the least recently used blocks: the left
+    # branch's own (the right one's lookup refreshed the shared trunk after them).
+    other = kv_server.client(create_tenant(kv_server.db_url), timeout=20)
+    read_left, read_right = response_view(admin, left.id), response_view(admin, right.id)
+    full_left = branch_on(read_left(), name)["reusable_tokens"]
+    for i in range(40):
+        other.responses.create(model="sim-model", input=words(f"o{i}x", 6))
+        left_now = branch_on(read_left(), name)["resident_tokens"]
+        if left_now < full_left:
+            break
+    left_view = wait_for(read_left, lambda v: branch_on(v, name)["resident_tokens"] < full_left)
+    right_view = read_right()
+    left_branch, right_branch = branch_on(left_view, name), branch_on(right_view, name)
+    assert 0 < left_branch["resident_tokens"] < left_branch["reusable_tokens"]
+    assert right_branch["resident_tokens"] >= right_branch["reusable_tokens"]
+    # One session for the whole chain: its tally cannot tell the branches apart.
+    assert left_view["session_id"] == right_view["session_id"]
+    assert replica(left_view, name) == replica(right_view, name)
+
+    # Each branch's next continuation is served what its own prefix residency said.
+    again_right = client.responses.create(
+        model="sim-model", input=words("more", 4), previous_response_id=right.id
+    )
+    again_left = client.responses.create(
+        model="sim-model", input=words("more", 4), previous_response_id=left.id
+    )
+    assert again_left.usage is not None and again_right.usage is not None
+    assert again_left.usage.input_tokens_details.cached_tokens == left_branch["resident_tokens"]
+    assert again_right.usage.input_tokens_details.cached_tokens >= (right_branch["reusable_tokens"])
+
+
+def test_a_conversation_starting_on_a_shared_prefix_finds_it_resident(
+    client: OpenAI, admin: httpx.Client, kv_sim: SimServer, names: dict[str, str]
+) -> None:
+    name = names["sim"]
+    kv_sim.reset()
+    document = words("shared", 80)
+    first, second = client.conversations.create(), client.conversations.create()
+    client.responses.create(model="sim-model", input=document, conversation=first.id)
+    client.responses.create(model="sim-model", input=document, conversation=second.id)
+    view = wait_for(
+        conversation_view(admin, second.id),
+        lambda v: v["branch"] is not None and branch_on(v, name)["resident_tokens"] > 0,
+    )
+    branch = branch_on(view, name)
+    assert branch["resident_tokens"] >= branch["reusable_tokens"]
+    assert view["branch"]["response_id"] is not None
+    # In the default report mode the second session stored only the blocks it added.
+    assert replica(view, name)["resident_tokens"] < branch["resident_tokens"]
+
+
+def test_a_branch_without_token_ids_says_so(
+    backend: str,
+    db_url: str,
+    kv_sim: SimServer,
+    names: dict[str, str],
+    tenant: TenantKeys,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    endpoints = {names["sim"]: kv_sim.config.kv_events_endpoint}
+    with app_server(
+        backend,
+        db_url,
+        kv_sim.url,
+        tmp_path_factory.mktemp("kv-no-ids"),
+        kv_events_endpoints=endpoints,
+        token_artifacts="off",
+    ) as plain:
+        made = plain.client(tenant, timeout=20).responses.create(
+            model="sim-model", input=words("plain", 20)
+        )
+        with httpx.Client(
+            base_url=f"{plain.url}/admin/v1",
+            headers={"Authorization": f"Bearer {create_admin_key(plain.db_url)}"},
+            timeout=20,
+        ) as http:
+            branch = response_view(http, made.id)()["branch"]
+    assert branch["available"] is False and "no token ids" in branch["reason"]
+    assert branch["replicas"] == [] and branch["resident_tokens"] == 0

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agentic_api.turns.summary_request import SUMMARY_REQUEST
+from agentic_api.turns.prepare.summary_request import SUMMARY_REQUEST
 from agentic_api.wire.summary import SUMMARY_HEADER
 from tests.conftest import RunningServer
 from tests.support.codex import Provider, codex_binary, run_codex, websocket_upgrades

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentic_api.serve_workers import AUTO_MAX_WORKERS, available_cpus
+from agentic_api.serve_workers import available_cpus, plan_workers
 from tests.support.clients import openai_client
 from tests.support.processes import CLI, START_TIMEOUT_SECONDS, Process, process_env
 from tests.support.servers import free_port
@@ -152,7 +152,7 @@ def test_metrics_count_every_turn_across_two_workers(
 def test_auto_runs_one_worker_per_cpu_and_says_so(
     fresh_db: str, sim: SimServer, tmp_path: Path
 ) -> None:
-    expected = min(available_cpus(), AUTO_MAX_WORKERS)
+    expected = plan_workers("auto", [], available_cpus()).count
     server = Process(_env(fresh_db, sim, tmp_path / "data"), "serve")
     try:
         server.wait_up()

@@ -20,7 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import RunningServer, app_server
+from tests.conftest import RunningServer, app_server, make_database
+from tests.support.databases import drop_pg_database
 from tests.support.servers import free_port
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "real_vllm"
@@ -63,6 +64,18 @@ def real_server(
     data_dir = tmp_path_factory.mktemp("data")
     with app_server(backend, db_url, real_vllm.url, data_dir) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def kv_db_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The KV residency modules' database. One backend (PostgreSQL, as in production):
+    residency lives in memory, and the admin queries it needs run on both backends in the
+    api tier. Parametrizing them by backend would also start their replicas again next to
+    the session's vLLM."""
+    url, name = make_database("postgres", tmp_path_factory.mktemp("kv-real-db"))
+    yield url
+    if name:
+        drop_pg_database(name)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ both subscribed to both replicas' events.
 
 The module starts (and stops) its own two replicas; it runs before test_real_vllm.py
 (whose vLLM is session-wide), so no more than two run at once. It runs on PostgreSQL only
-(see ``kv_db_url``).
+(see ``kv_db_url`` in conftest.py).
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ import pytest
 from openai import OpenAI
 from prometheus_client import REGISTRY
 
-from tests.conftest import RunningServer, app_server, make_database
-from tests.support.databases import drop_pg_database
+from tests.conftest import RunningServer, app_server
 from tests.support.servers import free_port
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 
@@ -99,17 +98,6 @@ def replicas() -> Iterator[dict[str, Replica]]:
         for replica in found.values():
             replica.stop()
         shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def kv_db_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    # One backend (PostgreSQL, as in production): residency lives in memory, and the
-    # admin queries it needs run on both backends in the api tier. Parametrizing this
-    # module by backend would also start its replicas again next to the session's vLLM.
-    url, name = make_database("postgres", tmp_path_factory.mktemp("kv-real-db"))
-    yield url
-    if name:
-        drop_pg_database(name)
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +241,10 @@ def test_a_paused_sessions_eviction_is_recorded_and_explains_its_next_miss(
         assert cause is not None, timeline["data"][1]
         assert (cause["cause"], cause["replica"]) == ("evicted", "replica-a")
         assert cause["measured_cached_tokens"] == measured
+        # One figure with the token account (the parent's prompt + output, token by token).
+        account = admin.get(f"/responses/{resumed.id}/token_account").json()["account"]
+        if account is not None and account["status"] in ("exact", "diverged"):
+            expected = account["expected_cached"]
         assert cause["expected_cached_tokens"] == expected
         assert residency(admin, paused)["replica-a"]["evictions"][0]["before_resume"] is True
 

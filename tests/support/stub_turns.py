@@ -17,7 +17,9 @@ from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository
-from agentic_api.turns.prepare import Caller, PreparedTurn, prepare_turn
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.upstream.capabilities import TokenCapabilityCache
 from agentic_api.wire.requests import parse_create_request
 from tests.support.databases import sqlite_url
@@ -61,7 +63,7 @@ async def prepared(services: Services, caller: Caller, *, stream: bool) -> Prepa
     request, _raw = parse_create_request(
         orjson.dumps({"model": MODEL, "input": "hello", "stream": stream})
     )
-    return await prepare_turn(services.db, caller, request, histories=services.histories)
+    return await prepare_turn(services, caller, request)
 
 
 async def stored(services: Services, caller: Caller, response_id: str) -> Response | None:

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from agentic_api.settings import Settings
-from agentic_api.turns.render import (
+from agentic_api.turns.prepare.render import (
     AgenticContext,
     add_agentic_context,
     agentic_context_of,

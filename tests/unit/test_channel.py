@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from agentic_api.turns.channel import TurnChannel
+from agentic_api.turns.runner.channel import TurnChannel
 
 
 def publish(channel: TurnChannel, number: int) -> dict[str, Any]:

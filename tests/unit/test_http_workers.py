@@ -10,7 +10,12 @@ import pytest
 from pydantic import ValidationError
 
 from agentic_api.cache.residency.endpoints import parse_endpoints
-from agentic_api.serve_workers import AUTO_MAX_WORKERS, available_cpus, plan_workers
+from agentic_api.serve_workers import (
+    AUTO_MAX_WORKERS,
+    AUTO_SEVERAL_FROM_CPUS,
+    available_cpus,
+    plan_workers,
+)
 from agentic_api.settings import Settings
 
 
@@ -47,12 +52,19 @@ def test_python_values_are_checked_too(value: object) -> None:
         Settings(http_workers=value)
 
 
-@pytest.mark.parametrize(("cpus", "expected"), [(1, 1), (2, 2), (8, 8), (64, AUTO_MAX_WORKERS)])
+@pytest.mark.parametrize(("cpus", "expected"), [(4, 4), (8, 8), (64, AUTO_MAX_WORKERS)])
 def test_auto_runs_one_worker_per_cpu_up_to_the_cap(cpus: int, expected: int) -> None:
     plan = plan_workers("auto", [], cpus)
     assert plan.count == expected and plan.warning is None
     assert f"{cpus} CPU(s)" in plan.reason
     assert ("capped" in plan.reason) == (cpus > AUTO_MAX_WORKERS)
+
+
+@pytest.mark.parametrize("cpus", [1, 2, AUTO_SEVERAL_FROM_CPUS - 1])
+def test_auto_runs_one_worker_on_a_small_machine(cpus: int) -> None:
+    plan = plan_workers("auto", [], cpus)
+    assert plan.count == 1 and plan.warning is None
+    assert f"{cpus} CPU(s) available, fewer than {AUTO_SEVERAL_FROM_CPUS}" in plan.reason
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentic_api.turns.relay import StreamRelay
+from agentic_api.turns.runner.relay import StreamRelay
 
 
 def base() -> dict[str, Any]:

@@ -8,7 +8,10 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,11 +23,15 @@ from agentic_api.cache.residency.endpoints import (
     parse_endpoint,
     parse_endpoints,
 )
+from agentic_api.cache.residency.events import Batch, BlocksStored
 from agentic_api.cache.residency.replica import Eviction, Reset
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker, SessionOnReplica
+from agentic_api.serving.admin.residency import annotate_timeline
+from agentic_api.serving.admin.timeline import present_timeline
 from agentic_api.settings import ConfigError, Settings
+from agentic_api.storage.admin import TurnRecord
 from tests.upstream_sim.kv_events import KvEventPublisher, stored
 
 
@@ -172,3 +179,66 @@ def test_a_taken_tcp_address_is_retried_until_it_is_free() -> None:
     finally:
         subscriber.stop()
         holder.close()
+
+
+def turn_record(
+    response_id: str,
+    at: float,
+    *,
+    input_tokens: int,
+    cached: int,
+    output_tokens: int,
+    parent: str | None = None,
+    account: dict[str, Any] | None = None,
+) -> TurnRecord:
+    return TurnRecord(
+        id=response_id,
+        tenant_id="tenant",
+        conversation_id="conv_a",
+        previous_response_id=parent,
+        session_id="conv_a",
+        depth=0 if parent is None else 1,
+        status="completed",
+        model="m",
+        created_at=datetime.fromtimestamp(at, UTC),
+        deleted_at=None,
+        input_tokens=input_tokens,
+        cached_tokens=cached,
+        output_tokens=output_tokens,
+        fingerprint={},
+        fingerprint_digest="f",
+        fingerprint_changes=[],
+        salt_epoch=0,
+        prefix_digest="d",
+        history_item_count=2 if parent is None else 4,
+        input_item_count=1,
+        output_item_count=1,
+        conversation_position=0 if parent is None else 2,
+        token_account=account,
+    )
+
+
+def test_the_timelines_expected_figure_is_the_token_accounts() -> None:
+    tracker = ResidencyTracker(["a"])
+    tracker.apply("a", Batch(0, 0.0, (BlocksStored((1, 2), 32, "conv_a", "salt"),)), 0.0)
+    first = turn_record("resp_1", 100.0, input_tokens=700, cached=0, output_tokens=40)
+    # 700 + 40 tokens replayed exactly: 23 full blocks (736) of the 739 with KV.
+    account = {"status": "exact", "parent_id": "resp_1", "expected_cached": 736}
+    second = turn_record(
+        "resp_2", 200.0, input_tokens=900, cached=704, output_tokens=4, account=account
+    )
+    rows = [first, second]
+    shown = present_timeline(rows, None)
+    annotate_timeline(shown, rows, None, tracker)
+    # 704 is more than every full block of the previous prompt (672) but one block short
+    # of the account's 736: the same figure the account's not_resident loss comes from.
+    cause = shown[1].residency
+    assert cause is not None
+    assert (cause.expected_cached_tokens, cause.measured_cached_tokens) == (736, 704)
+    assert cause.cause == "not_seen"
+
+    # Without an account (no token ids), every full block of the previous prompt.
+    bare = replace(second, token_account=None)
+    shown = present_timeline([first, bare], None)
+    annotate_timeline(shown, [first, bare], None, tracker)
+    assert shown[1].residency is None

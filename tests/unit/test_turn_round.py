@@ -13,9 +13,10 @@ import pytest
 
 from agentic_api.errors import ApiError
 from agentic_api.storage.models import Response
-from agentic_api.turns.channel import TurnChannel
-from agentic_api.turns.prepare import Caller, PreparedTurn
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.run import TurnFailed, run_turn
+from agentic_api.turns.runner.channel import TurnChannel
 from tests.support.loopback import Handler, answering, json_answer, sse_answer
 from tests.support.stub_turns import (
     STARTED,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentic_api.errors import ApiError
-from agentic_api.turns.prepare import Caller
+from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.stream import TurnStream, Work, open_stream
 from tests.support.loopback import answering, json_answer, read_request, sse_answer, sse_frames
 from tests.support.stub_turns import (

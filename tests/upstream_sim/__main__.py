@@ -41,6 +41,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "process has served a few thousand requests, would land on whichever requests "
         "are in flight); cyclic garbage then stays for the life of the process",
     )
+    parser.add_argument(
+        "--kv-events-endpoint",
+        default=None,
+        help="publish vLLM-shaped KV events here (ipc:// is bound, tcp://host:port connected to)",
+    )
+    parser.add_argument("--kv-events-topic", default="", help="the topic naming this replica")
     parser.add_argument("--log-level", default="warning")
     return parser.parse_args(argv)
 
@@ -57,6 +63,8 @@ def main(argv: list[str] | None = None) -> None:
         decode_seconds_per_token=args.decode_seconds_per_token,
         default_reply_tokens=args.default_reply_tokens,
         max_recordings=args.max_recordings,
+        kv_events_endpoint=args.kv_events_endpoint,
+        kv_events_topic=args.kv_events_topic,
     )
     if args.no_gc_pauses:
         gc.disable()

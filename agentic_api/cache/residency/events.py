@@ -32,6 +32,12 @@ class BlocksStored:
     # The cache_salt, when the first of these blocks starts the prompt (vLLM puts the salt
     # in that block's extra keys only).
     salt: str | None
+    # The block the first of these continues (None: they start the prompt).
+    parent: BlockHash | None = None
+    # Per block, the key of its token ids (``tree.content_keys``), None for a block whose
+    # hash also covers keys token ids cannot give (multimodal inputs, a LoRA adapter);
+    # None for all when the token ids did not come in whole blocks.
+    contents: tuple[int | None, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +104,40 @@ def decode_event(raw: Any) -> Event | None:
     if hashes is None or not isinstance(block_size, int) or block_size <= 0:
         return None
     session = raw.get("session_id")
+    parent = raw.get("parent_block_hash")
+    extra_keys = raw.get("extra_keys")
+    salt = _salt(extra_keys, parent, raw.get("lora_name"))
     return BlocksStored(
         hashes=hashes,
         block_size=block_size,
         session_id=session if isinstance(session, str) and session else None,
-        salt=_salt(raw.get("extra_keys"), raw.get("parent_block_hash"), raw.get("lora_name")),
+        salt=salt,
+        parent=parent if isinstance(parent, int | bytes) and not isinstance(parent, bool) else None,
+        contents=_contents(raw.get("token_ids"), len(hashes), block_size, extra_keys, salt),
     )
+
+
+def _contents(
+    token_ids: Any, blocks: int, block_size: int, extra_keys: Any, salt: str | None
+) -> tuple[int | None, ...] | None:
+    if not isinstance(token_ids, list) or len(token_ids) != blocks * block_size:
+        return None
+    if extra_keys is not None and not (isinstance(extra_keys, list) and len(extra_keys) == blocks):
+        return None
+    extras: list[Any] | None = extra_keys
+    contents: list[int | None] = []
+    for index in range(blocks):
+        extra = extras[index] if extras is not None else None
+        # Only the salt (first block) is ours to give; any other key we cannot match.
+        if extra is not None and not (index == 0 and salt is not None and extra == [salt]):
+            contents.append(None)
+            continue
+        start = index * block_size
+        try:
+            contents.append(hash(tuple(token_ids[start : start + block_size])))
+        except TypeError:  # an unhashable id: not a token sequence we could ever match
+            contents.append(None)
+    return tuple(contents)
 
 
 def _hashes(value: Any) -> tuple[BlockHash, ...] | None:

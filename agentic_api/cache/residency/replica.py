@@ -1,4 +1,5 @@
-"""One replica's residency: which sessions hold which of its KV blocks, as its events said.
+"""One replica's residency: which sessions hold which of its KV blocks, as its events said,
+and every block it holds as a tree (``tree.py``: how much of a sequence's prefix it holds).
 
 vLLM labels a ``BlockStored`` with the session of the request that stored it; a
 ``BlockRemoved`` names hashes only, so removals are mapped back to sessions through the
@@ -17,6 +18,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from agentic_api.cache.residency.events import BlockHash, BlocksRemoved, BlocksStored
+from agentic_api.cache.residency.tree import BlockTree
 
 # Store times kept per session, to tell which replica served which turn.
 STORE_TIMES_KEPT = 32
@@ -60,13 +62,23 @@ class Dropped:
 
     sessions: int = 0
     blocks: int = 0
+    # Blocks of the replica's tree (any session's) past its bound.
+    tree_blocks: int = 0
 
 
 class ReplicaResidency:
     def __init__(
-        self, name: str, *, max_sessions: int, max_blocks_per_session: int, evictions_kept: int
+        self,
+        name: str,
+        *,
+        max_sessions: int,
+        max_blocks_per_session: int,
+        evictions_kept: int,
+        max_blocks: int,
     ) -> None:
         self.name = name
+        # Every block the replica reported, whoever stored it: a sequence's leading blocks.
+        self.tree = BlockTree(max_blocks)
         self.max_sessions = max_sessions
         self.max_blocks_per_session = max_blocks_per_session
         self.evictions_kept = evictions_kept
@@ -88,6 +100,7 @@ class ReplicaResidency:
         self.block_size = event.block_size
         if self.coverage_since is None:
             self.coverage_since = now
+        dropped.tree_blocks = self.tree.store(event)
         session_id = event.session_id
         if session_id is None:
             # Nobody to attribute them to (a request that reached vLLM without a session).
@@ -136,6 +149,7 @@ class ReplicaResidency:
         started: list[tuple[str, Eviction]] = []
         unknown = 0
         touched: dict[str, list[int]] = {}
+        self.tree.remove(event.hashes)
         for block_hash in event.hashes:
             holders = self.owners.pop(block_hash, None)
             if holders is None:
@@ -173,6 +187,7 @@ class ReplicaResidency:
         """Forgets every block (the sessions' records stay, with their evictions);
         returns how many blocks were forgotten."""
         forgotten = len(self.owners)
+        self.tree.clear()
         for record in self.sessions.values():
             record.blocks.clear()
             record.tokens = 0

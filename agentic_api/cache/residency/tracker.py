@@ -17,12 +17,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from agentic_api import metrics
 from agentic_api.cache.residency.events import AllCleared, Batch, BlocksRemoved, BlocksStored
 from agentic_api.cache.residency.replica import Eviction, ReplicaResidency, Reset
+from agentic_api.cache.residency.tree import content_keys
 
 
 @dataclass(slots=True)
@@ -49,6 +50,18 @@ class SessionOnReplica:
     resets: tuple[Reset, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class PrefixOnReplica:
+    """How much of one token sequence's prefix a replica holds, as its events said."""
+
+    replica: str
+    connected: bool
+    coverage_since: float | None
+    block_size: int | None
+    # Leading tokens in full blocks the replica holds (0: none, or never heard of it).
+    resident_tokens: int
+
+
 @dataclass(slots=True)
 class _Feed:
     """A replica's stream: its last sequence number and whether it is connected."""
@@ -65,6 +78,7 @@ class ResidencyTracker:
         max_sessions: int = 10_000,
         max_blocks_per_session: int = 4096,
         evictions_kept: int = 16,
+        max_blocks: int = 1 << 20,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._lock = threading.Lock()
@@ -78,6 +92,7 @@ class ResidencyTracker:
                 max_sessions=max_sessions,
                 max_blocks_per_session=max_blocks_per_session,
                 evictions_kept=evictions_kept,
+                max_blocks=max_blocks,
             )
             self._feeds[name] = _Feed()
         self._activity: OrderedDict[str, _Activity] = OrderedDict()
@@ -147,6 +162,10 @@ class ResidencyTracker:
                     )
                 if dropped.blocks:
                     metrics.KV_RESIDENCY_DROPPED.labels(target.name, "block").inc(dropped.blocks)
+                if dropped.tree_blocks:
+                    metrics.KV_RESIDENCY_DROPPED.labels(target.name, "tree_block").inc(
+                        dropped.tree_blocks
+                    )
             elif isinstance(event, BlocksRemoved):
                 removed += 1
                 started, unknown = target.remove(event, now, self._idle(event, target, now))
@@ -236,6 +255,31 @@ class ResidencyTracker:
             activity.last_finished = now
 
     # -- the views' side ----------------------------------------------------------------
+
+    def prefix(self, tokens: Sequence[int], salt: str | None) -> list[PrefixOnReplica]:
+        """Per configured replica, how many leading tokens of ``tokens`` (a response's
+        prompt + output, under the tenant's ``salt``) it holds, whoever stored them."""
+        with self._lock:
+            sizes = {name: replica.block_size for name, replica in self._replicas.items()}
+        # Hashing the sequence's blocks needs no lock; one key list per block size.
+        keys = {size: content_keys(tokens, size) for size in set(sizes.values()) if size}
+        found: list[PrefixOnReplica] = []
+        with self._lock:
+            for name, replica in self._replicas.items():
+                size = replica.block_size
+                blocks = 0
+                if size and size == sizes[name]:
+                    blocks = replica.tree.leading_blocks(keys[size], salt)
+                found.append(
+                    PrefixOnReplica(
+                        replica=name,
+                        connected=self._feeds[name].connected,
+                        coverage_since=replica.coverage_since,
+                        block_size=size,
+                        resident_tokens=blocks * (size or 0),
+                    )
+                )
+        return found
 
     def session(self, session_id: str) -> list[SessionOnReplica]:
         """What each configured replica reported for the session (zeros where nothing)."""

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Request
 
 from agentic_api.http.auth import require_tenant, services_of
 from agentic_api.serving.tenants import TenantContext
-from agentic_api.turns.compaction import compact
-from agentic_api.turns.prepare import Caller
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.kinds.compaction import compact
 from agentic_api.wire.requests import parse_create_request, parse_json_object
 
 router = APIRouter(tags=["responses"])

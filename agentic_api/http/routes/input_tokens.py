@@ -12,8 +12,8 @@ from fastapi import APIRouter, Depends, Request
 
 from agentic_api.http.auth import require_tenant, services_of
 from agentic_api.serving.tenants import TenantContext
-from agentic_api.turns.input_tokens import count_input_tokens
-from agentic_api.turns.prepare import Caller
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.kinds.input_tokens import count_input_tokens
 from agentic_api.wire.requests import (
     CreateResponseRequest,
     parse_create_request,

@@ -16,10 +16,10 @@ from starlette.responses import Response, StreamingResponse
 
 from agentic_api.http.auth import bearer_token, credential_header, services_of
 from agentic_api.http.sse import SSE_HEADERS
+from agentic_api.messages.turn import PreparedMessage, count_message_tokens, prepare_message
 from agentic_api.serving.messages import answer_message
 from agentic_api.serving.tenants import KeyCache, TenantContext, authenticate_token
-from agentic_api.turns.messages import PreparedMessage, count_message_tokens, prepare_message
-from agentic_api.turns.prepare import Caller
+from agentic_api.turns.data.caller import Caller
 from agentic_api.wire.anthropic import (
     BETA_HEADER,
     CLIENT_SESSION_HEADER,

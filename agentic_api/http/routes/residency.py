@@ -21,7 +21,7 @@ router = APIRouter(
 
 @router.get(
     "/conversations/{conversation_id}/residency",
-    summary="KV residency of a conversation's session on each replica, as its events said",
+    summary="KV residency of a conversation's session and its latest response's prefix",
 )
 async def conversation_residency(conversation_id: str, request: Request) -> SessionResidency:
     return await residency.conversation_residency(services_of(request), conversation_id)
@@ -29,7 +29,7 @@ async def conversation_residency(conversation_id: str, request: Request) -> Sess
 
 @router.get(
     "/responses/{response_id}/residency",
-    summary="KV residency of the session a response ran in (its chain's), on each replica",
+    summary="KV residency of a response's own prefix (its branch) and of its session, per replica",
 )
 async def response_residency(response_id: str, request: Request) -> SessionResidency:
     return await residency.response_residency(services_of(request), response_id)

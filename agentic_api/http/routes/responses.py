@@ -17,7 +17,7 @@ from agentic_api.serving import create, responses
 from agentic_api.serving.responses import FollowedEvents, RebuiltEvents, StoredEventList
 from agentic_api.serving.results import Final, Queued, Streaming
 from agentic_api.serving.tenants import TenantContext
-from agentic_api.turns.prepare import Caller
+from agentic_api.turns.data.caller import Caller
 from agentic_api.wire.limits import MAX_INTEGER, MAX_LIST_LIMIT
 from agentic_api.wire.requests import CreateResponseRequest, parse_create_request
 

@@ -28,8 +28,8 @@ from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.serving.socket_turn import start_socket_turn
 from agentic_api.serving.tenants import TenantContext
-from agentic_api.turns.connection_histories import ConnectionHistories
-from agentic_api.turns.prepare import Caller
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.prepare.connection_histories import ConnectionHistories
 from agentic_api.wire.events import socket_error_frame, socket_event
 from agentic_api.wire.requests import parse_create_request
 

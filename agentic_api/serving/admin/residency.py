@@ -1,10 +1,17 @@
 """The admin residency views, built from the tracker's snapshots (``cache/residency``):
-a conversation's or a response's session on each replica, and the timeline's cause."""
+a session's tally per replica, a response's own branch (how much of its prompt + output
+each replica holds, matched by its token ids), and the timeline's cause."""
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentic_api.cache.accounting import block_floor
+from agentic_api.cache.codec import ArtifactCorrupt, unpack_ids
+from agentic_api.cache.recent import RecentArtifacts
 from agentic_api.cache.residency.attribution import (
     block_size_of,
     expected_cached,
@@ -16,8 +23,11 @@ from agentic_api.errors import NotFound
 from agentic_api.services import Services
 from agentic_api.storage.admin import TurnRecord
 from agentic_api.storage.session_owners import SessionOwner, conversation_owner, response_owner
+from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.wire.admin import AdminTurn
 from agentic_api.wire.residency import (
+    BranchOnReplica,
+    BranchResidency,
     CoverageReset,
     ReplicaResidency,
     ResidencyEviction,
@@ -28,11 +38,20 @@ from lineage import mint_cache_salt
 
 
 def session_residency(
-    owner: SessionOwner, tracker: ResidencyTracker | None, secret: bytes
+    owner: SessionOwner,
+    tracker: ResidencyTracker | None,
+    secret: bytes,
+    branch_tokens: array[int] | str | None,
 ) -> SessionResidency:
+    """``branch_tokens``: the branch response's prompt + output ids (``branch_tokens``), or
+    why there are none; None when there is no branch to show."""
     views = tracker.session(owner.session_id) if tracker is not None else []
+    # The tenant's current salt: the one its next continuation is sent with.
     salt = mint_cache_salt(secret, owner.tenant_id, owner.salt_epoch)
     replicas = [_replica(view, salt) for view in views]
+    branch = None
+    if tracker is not None and owner.branch_response_id is not None and branch_tokens is not None:
+        branch = branch_residency(owner.branch_response_id, branch_tokens, tracker, salt)
     return SessionResidency(
         session_id=owner.session_id,
         tenant_id=owner.tenant_id,
@@ -40,6 +59,68 @@ def session_residency(
         response_id=owner.response_id,
         tracking=tracker is not None,
         resident_tokens=sum(r.resident_tokens for r in replicas),
+        replicas=replicas,
+        branch=branch,
+    )
+
+
+async def branch_tokens(
+    session: AsyncSession, recent: RecentArtifacts, tenant_id: str, response_id: str
+) -> array[int] | str:
+    """The response's exact prompt + output ids (what a continuation extends), from this
+    process's recent artifacts or the stored ones; a string says why there are none."""
+    kept = recent.get(tenant_id, response_id)
+    if kept is not None:
+        return kept.prompt + kept.output
+    row = await TokenArtifactRepository(session).get(tenant_id, response_id)
+    if row is None:
+        return (
+            "the response has no token ids (token artifacts off, not reported by the "
+            "upstream, made without the model, or expired)"
+        )
+    try:
+        tokens = unpack_ids(row.prompt_ids, row.prompt_count, row.encoding)
+        tokens.extend(unpack_ids(row.output_ids, row.output_count, row.encoding))
+    except ArtifactCorrupt as exc:
+        return f"the response's token ids are unreadable: {exc}"
+    return tokens
+
+
+def branch_residency(
+    response_id: str, tokens: array[int] | str, tracker: ResidencyTracker, salt: str
+) -> BranchResidency:
+    if isinstance(tokens, str):
+        return BranchResidency(
+            response_id=response_id,
+            available=False,
+            reason=tokens,
+            tokens=None,
+            resident_tokens=0,
+            replica=None,
+            replicas=[],
+        )
+    replicas = [
+        BranchOnReplica(
+            replica=found.replica,
+            connected=found.connected,
+            block_size=found.block_size,
+            resident_tokens=found.resident_tokens,
+            reusable_tokens=(
+                block_floor(len(tokens) - 1, found.block_size) if found.block_size else None
+            ),
+            coverage_since=found.coverage_since,
+        )
+        for found in tracker.prefix(tokens, salt)
+    ]
+    best = max(replicas, key=lambda r: r.resident_tokens, default=None)
+    holds = best is not None and best.resident_tokens > 0
+    return BranchResidency(
+        response_id=response_id,
+        available=True,
+        reason=None,
+        tokens=len(tokens),
+        resident_tokens=best.resident_tokens if best is not None else 0,
+        replica=best.replica if holds and best is not None else None,
         replicas=replicas,
     )
 
@@ -106,7 +187,7 @@ def _turn_residency(
     block = block_size_of(views)
     if block is None or row.input_tokens is None or previous.input_tokens is None:
         return None
-    expected = expected_cached(previous.input_tokens, row.input_tokens, block)
+    expected = _expected(row, previous, row.input_tokens, previous.input_tokens, block)
     cause = explain_miss(
         views,
         previous_started=previous.created_at.timestamp(),
@@ -127,17 +208,47 @@ def _turn_residency(
     )
 
 
+def _expected(
+    row: TurnRecord, previous: TurnRecord, input_tokens: int, previous_input_tokens: int, block: int
+) -> int:
+    """The turn's token account's expected cached tokens when it was made against
+    ``previous`` (the parent's prompt + output, token by token: one figure for the account
+    and this cause); without one, every full block of the previous prompt."""
+    account = row.token_account or {}
+    figure = account.get("expected_cached")
+    if (
+        account.get("status") in ("exact", "diverged")
+        and account.get("parent_id") == previous.id
+        and isinstance(figure, int)
+    ):
+        return figure
+    return expected_cached(previous_input_tokens, input_tokens, block)
+
+
 async def conversation_residency(services: Services, conversation_id: str) -> SessionResidency:
     async with services.db.read() as session:
         owner = await conversation_owner(session, conversation_id)
+        tokens = await _branch(session, services, owner)
     if owner is None:
         raise NotFound(f"No conversation with id '{conversation_id}'.", param="conversation_id")
-    return session_residency(owner, services.residency, services.secret)
+    return session_residency(owner, services.residency, services.secret, tokens)
 
 
 async def response_residency(services: Services, response_id: str) -> SessionResidency:
     async with services.db.read() as session:
         owner = await response_owner(session, response_id)
+        tokens = await _branch(session, services, owner)
     if owner is None:
         raise NotFound(f"No response with id '{response_id}'.", param="response_id")
-    return session_residency(owner, services.residency, services.secret)
+    return session_residency(owner, services.residency, services.secret, tokens)
+
+
+async def _branch(
+    session: AsyncSession, services: Services, owner: SessionOwner | None
+) -> array[int] | str | None:
+    """The branch response's token ids, read only when there is something to match."""
+    if owner is None or owner.branch_response_id is None or services.residency is None:
+        return None
+    return await branch_tokens(
+        session, services.artifacts, owner.tenant_id, owner.branch_response_id
+    )

@@ -84,6 +84,13 @@ def _divergence_sentence(stored: Mapping[str, Any]) -> str:
         )
     gone = lost.get(cause or "", 0) if cause else 0
     where = f"at token {_n(offset)}, in the parent's {divergence.get('region', 'history')}"
+    if cause is None:
+        # Nothing lost: blocks stored by another request reached past the divergence.
+        return (
+            f"The prompt parts from the parent's {where}, yet nothing of the parent's was "
+            f"lost: {_n(stored.get('measured_cached'))} tokens were served from the cache "
+            f"(expected {_n(stored.get('expected_cached'))})"
+        )
     after = (
         f"; {_n(stored.get('reusable_tokens'))} tokens agreed, {_n(gone)} of the parent's "
         f"after it could not be reused (expected {_n(stored.get('expected_cached'))}, "

@@ -8,28 +8,32 @@ JSON codecs SQLAlchemy installs on its own (json and jsonb through the engine's
 serializer), so a row reads the same through either; the statements and value
 conversions are ``storage/turn_store/statements.py``'s, compiled for the asyncpg dialect,
 so rows are the ones the repositories write and read. asyncpg replaces a connection the
-server closed when it is next acquired. Each statement runs in autocommit, so one round
-trip: the checkpoint a plain SELECT; the insert the row's INSERT with the items and events
-inserted from arrays in data-modifying CTEs of the same statement (atomic as any
-statement; the items' and events' foreign keys are checked at its end, when the row is
-there). As a BEGIN / INSERT / INSERT / COMMIT transaction it had taken four. That
-statement's item and event parts are generated from the same column tuples
-(``storage/turn_rows.py``), one array per column of their own.
+server closed when it is next acquired, and one that failed at the connection level is
+terminated before it goes back (never handed out again). Each statement runs in
+autocommit, so one round trip: the checkpoint a plain SELECT; the insert the row's
+INSERT with the items and events inserted from arrays in data-modifying CTEs of the
+same statement (atomic as any statement; the items' and events' foreign keys are checked
+at its end, when the row is there). As a BEGIN / INSERT / INSERT / COMMIT transaction it
+had taken four. That statement's item and event parts are generated from the same column
+tuples (``storage/turn_rows.py``), one array per column of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import asyncpg
 import orjson
+from asyncpg.pool import PoolConnectionProxy
 from sqlalchemy import FromClause, Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from agentic_api.storage.errors import is_connection_lost
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
 from agentic_api.storage.timing import timed_transaction
 from agentic_api.storage.turn_rows import COPIED_FROM_RESPONSE, EVENT_COLUMNS, ITEM_COLUMNS, NewItem
@@ -53,7 +57,7 @@ class PostgresTurnStore:
         read = self._statements.checkpoint(tenant_id, response_id)
         pool = self._pool or await self._open()
         with timed_transaction("read", statements=1):
-            async with pool.acquire() as connection:
+            async with pool.acquire() as connection, _discarded_if_broken(connection):
                 raw = await connection.fetchrow(read.sql, *read.parameters)
         return None if raw is None else self._statements.checkpoint_row(tuple(raw))
 
@@ -77,7 +81,7 @@ class PostgresTurnStore:
             parameters += turn.artifact.parameters
         pool = self._pool or await self._open()
         with timed_transaction("write", statements=1):
-            async with pool.acquire() as connection:
+            async with pool.acquire() as connection, _discarded_if_broken(connection):
                 await connection.execute(sql, *parameters)
 
     def _one_statement(self, turn: TurnInsert) -> str:
@@ -115,6 +119,23 @@ class PostgresTurnStore:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.close()
+
+
+@asynccontextmanager
+async def _discarded_if_broken(connection: PoolConnectionProxy[Any]) -> AsyncIterator[None]:
+    """A connection whose statement failed at the connection level (the server ended its
+    session, the socket broke, the protocol was left mid-operation) is terminated before
+    the pool takes it back, so the pool opens a new one instead of handing it out again;
+    one that failed a statement cleanly (a constraint, a lock timeout) is as good as new."""
+    try:
+        yield
+    except BaseException as exc:
+        if isinstance(exc, asyncio.CancelledError) or is_connection_lost(exc):
+            # Cancelled mid-statement, the protocol may still wait for the server's answer.
+            # (Already taken back when the pool was closed meanwhile: it closed it too.)
+            with suppress(asyncpg.InterfaceError):
+                connection.terminate()
+        raise
 
 
 class _ArrayInsert:

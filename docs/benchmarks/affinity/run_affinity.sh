@@ -2,7 +2,7 @@
 # One affinity run: vllm-router with POLICY in front of two running vLLM replicas, our
 # server (already running, upstream = the router's URL) in front of it, then
 # `agentic-api bench continuations` through our server and attribution of every request to
-# the replica that served it (attribute.py). See docs/benchmarks/README.md, "Affinity".
+# the replica that served it (attribute.py). See docs/benchmarks/affinity/README.md.
 #
 #   docs/benchmarks/affinity/run_affinity.sh POLICY NAME [CONCURRENCY] [PAIRS]
 #

@@ -1,0 +1,149 @@
+"""A turn under way: what every part of running it shares, in one object, and
+everything written while it runs (the prepared turn itself never changes).
+
+``turns/run.py`` builds it; the plain turn, the tool loop and compaction run their
+upstream rounds through it (``turns/runner/round.py``) and it ends through
+``turns/runner/finish.py``. It holds the token plan, the commit's hooks, what the model
+saw (set when the turn completes), what the turn holds open until it has ended, and the
+two facts the failure rule reads: whether the client's stream has started, and whether
+the turn has done anything (an answered round, a tool run). Until one of them is true,
+an upstream refusal is the request's plain error and nothing is stored; after, every
+failure is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import orjson
+
+from agentic_api.metrics import TurnMeter
+from agentic_api.services import Services
+from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.data.token_plan import TokenPlan
+from agentic_api.turns.prepare.render import streams_upstream
+from agentic_api.turns.runner.channel import TurnChannel
+from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.wire.items import Item
+from agentic_api.wire.response_object import open_sampling
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+class TurnInProgress:
+    def __init__(
+        self,
+        services: Services,
+        turn: PreparedTurn,
+        channel: TurnChannel | None,
+        *,
+        hooks: CommitHooks = NO_HOOKS,
+        tokens: TokenPlan | None = None,
+    ) -> None:
+        self.services = services
+        self.turn = turn
+        self.channel = channel
+        # Set by whoever runs the turn: work that commits with it, and where its events
+        # are already being stored (turns/data/commit_steps.py).
+        self.hooks = hooks
+        # What the turn does about its token ids, when the upstream reports them
+        # (turns/runner/tokens.py).
+        self.tokens = tokens
+        # Set when the turn completes: its output as the model saw it (what is stored and
+        # replayed), which for a turn that ran tools differs from the client's ``output``.
+        self.model_output: list[Item] | None = None
+        # What the turn holds open until it has ended (the tool loop's MCP sessions), so
+        # that closing them never delays the terminal event.
+        self.held = AsyncExitStack()
+        self.relay = StreamRelay(turn.base, open_sampling(turn.request))
+        self.streaming = streams_upstream(turn.request)
+        self.meter = TurnMeter(
+            model=turn.request.model,
+            tenant=turn.caller.tenant_id,
+            history_items=len(turn.history),
+            streaming=channel is not None,
+        )
+        # The events stored with the turn (when its stream is stored), and the JSON each
+        # was published with (by id: every one of them is held by ``events``), so the
+        # commit does not serialize them a second time.
+        self.events: list[dict[str, Any]] = []
+        self.serialized: dict[int, bytes] = {}
+        self.emit = _emitter(
+            self.meter,
+            (self.events, self.serialized) if turn.records_events else None,
+            channel,
+        )
+        # The client's stream has started (channel.opened() was sent): it can no longer
+        # be answered with a plain HTTP error.
+        self.shown = False
+        # An upstream round was answered or a tool ran: the turn happened.
+        self.worked = False
+        # What a kind of turn shows right after the response's opening events (the tool
+        # loop's tool listings, compaction's item); None for plain turns.
+        self.after_opening: Callable[[], None] | None = None
+        self._upstream_over = False
+
+    @property
+    def begun(self) -> bool:
+        """Whether a failure from now on is stored (rather than raised as a refusal)."""
+        return self.shown or self.worked
+
+    def accepted(self) -> None:
+        """The upstream took a round (or the turn runs approved tools first): the
+        client's stream starts, once."""
+        if not self.shown and self.channel is not None:
+            self.shown = True
+            self.channel.opened()
+
+    def show_start(self, first: dict[str, Any]) -> None:
+        """Shows the client the response's opening events, once; ``first`` is the
+        upstream's first event (a snapshot says the sampling it applied) or ``{}``."""
+        if self.relay.opened:
+            return
+        self.accepted()
+        for event in self.relay.open_with(first):
+            self.emit(event)
+        if self.after_opening is not None:
+            self.after_opening()
+
+    def refused(self, error: BaseException) -> None:
+        """The turn ended before the client's stream started: whoever waits for it to
+        open gets ``error`` instead."""
+        if not self.shown and self.channel is not None:
+            self.channel.failed_to_open(error)
+
+    def upstream_over(self) -> None:
+        """The model's part is over (the turn completes or fails): timed once."""
+        if not self._upstream_over:
+            self._upstream_over = True
+            self.meter.upstream_done()
+
+
+def _emitter(
+    meter: TurnMeter,
+    stored: tuple[list[dict[str, Any]], dict[int, bytes]] | None,
+    channel: TurnChannel | None,
+) -> Emit:
+    # Every event of the turn passes here: a closure over what it needs, no lookups. Its
+    # JSON is made once, here, for the client's stream and the stored events alike.
+    if stored is None and channel is None:
+
+        def count(event: dict[str, Any]) -> None:
+            meter.event(event)
+
+        return count
+    events, serialized = stored if stored is not None else (None, None)
+
+    def emit(event: dict[str, Any]) -> None:
+        meter.event(event)
+        data = orjson.dumps(event)
+        if events is not None and serialized is not None:
+            events.append(event)
+            serialized[id(event)] = data
+        if channel is not None:
+            channel.publish(event, data)
+
+    return emit

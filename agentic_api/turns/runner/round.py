@@ -1,0 +1,131 @@
+"""One upstream round: a request to the model server, its answer checked, and the one
+rule for how it fails.
+
+Every turn's rounds run here: the plain turn's one round (``turns/kinds/plain.py``), each
+round of the tool loop (``turns/kinds/tool_loop.py``) and compaction's summary request
+(``turns/kinds/compaction.py``).
+A round is streamed (its events relayed as they come) when someone consumes events as
+they come, else one JSON call. The rule:
+
+- refused before the turn began (the client's stream not started, no round answered,
+  no tool run; ``TurnInProgress.begun``): the refusal is raised as it is, a plain error
+  (4xx keep their status, connect errors 502, timeouts 504), and nothing is stored;
+- any failure after that: a stream that breaks or ends early, an answer lost on its way
+  back (``UpstreamInterrupted``: the model ran), a malformed answer
+  (``wire/upstream_answer.py``), a model that reports a failure: the round returns the
+  failure, which its kind of turn hands on to ``turns/runner/finish.py:end_turn``: the
+  turn is stored as failed and the stream ends with ``error`` + ``response.failed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import orjson
+
+from agentic_api.errors import ApiError, UpstreamError
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.upstream.errors import UpstreamInterrupted
+from agentic_api.upstream.sse import SseEvent
+from agentic_api.wire.upstream_answer import EventCheck, final_problem
+
+
+async def upstream_round(
+    run: TurnInProgress, body: bytes, on_event: Callable[[dict[str, Any]], None]
+) -> ApiError | None:
+    """Sends ``body`` and returns once the round's answer is whole: None when it is well
+    formed (the relay then holds its final object), else the failure to store. ``on_event``
+    gets each streamed event (it relays what the client should see). Raises the refusal
+    (see the module)."""
+    relay = run.relay
+    upstream = run.services.upstream
+    headers = run.turn.headers
+    failure: ApiError | None = None
+    if run.streaming:
+        accepted = False
+        try:
+            async with upstream.stream_response(body, headers) as stream:
+                accepted = True
+                run.accepted()
+                failure = await pump(stream.events(), relay, on_event)
+        except ApiError as exc:
+            if not accepted and not run.begun:
+                raise
+            failure = exc
+        # A stream that ended before its first event still opens before it fails.
+        run.show_start({})
+    else:
+        try:
+            relay.upstream_final = await upstream.create_response(body, headers)
+        except UpstreamInterrupted as exc:
+            # The request reached the model server and was lost on the way back: the
+            # turn happened, and failed.
+            failure = exc
+        except ApiError as exc:
+            if not run.begun:
+                raise
+            failure = exc
+    run.worked = True
+    return failure if failure is not None else upstream_outcome_error(relay)
+
+
+async def pump(
+    upstream_events: AsyncIterator[SseEvent],
+    relay: StreamRelay,
+    handle: Callable[[dict[str, Any]], None],
+) -> ApiError | None:
+    """Feeds each decoded upstream event to ``handle`` until the upstream's terminal
+    event or error (which the relay keeps); returns the transport's failure, if any."""
+    check = EventCheck()
+    try:
+        async for sse in upstream_events:
+            if sse.data == "[DONE]":
+                break
+            try:
+                parsed = orjson.loads(sse.data)
+            except orjson.JSONDecodeError:
+                return invalid_answer("an event is not valid JSON")
+            problem = check.problem(parsed)
+            if problem is not None:
+                return invalid_answer(problem)
+            handle(parsed)
+            if relay.upstream_final is not None or relay.upstream_error is not None:
+                break
+    except ApiError as exc:
+        return exc
+    return None
+
+
+def invalid_answer(problem: str) -> ApiError:
+    """The model server's answer is not a well-formed response: the turn fails (and is
+    stored as failed), it never becomes a checkpoint."""
+    # The problem may quote what the upstream sent: keep it short.
+    shown = problem if len(problem) <= 300 else problem[:300] + "…"
+    return UpstreamError(
+        f"The model server's answer is not a valid response: {shown}.",
+        code="upstream_invalid_response",
+    )
+
+
+def upstream_outcome_error(relay: StreamRelay) -> ApiError | None:
+    """What is wrong with the round's outcome (an error event, no final object, a
+    malformed one, a model that failed), or None."""
+    if relay.upstream_error is not None:
+        message = relay.upstream_error.get("message") or "the model server reported an error"
+        return UpstreamError(f"The model server failed mid-stream: {message}")
+    final = relay.upstream_final
+    if final is None:
+        return UpstreamError(
+            "The model server's stream ended before the response was complete.",
+            code="upstream_stream_interrupted",
+        )
+    problem = final_problem(final)
+    if problem is not None:
+        return invalid_answer(problem)
+    if final.get("status") == "failed":
+        error = final.get("error") or {}
+        message = error.get("message") if isinstance(error, dict) else None
+        return UpstreamError(f"The model failed: {message or 'no reason given'}")
+    return None

@@ -1,0 +1,309 @@
+"""A turn's token truth: ask the upstream for the exact token ids, keep them as the
+turn's artifact, and account the turn's prefix reuse against its parent's.
+
+Off the client's critical path as far as it can be: the parent's artifact is read while
+the model runs (or found in this process's recent artifacts), the account is a few
+memcmp's, packing is one zstd call, the artifact is written in the turn's own commit, and
+decoding a divergence's tokens for people to read happens after the terminal event.
+Nothing here fails a turn: missing or bad token data gives an account that says
+"unknown" and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from agentic_api.cache.accounting import (
+    Cause,
+    Continuation,
+    TokenAccount,
+    account,
+    cold_start,
+    unknown,
+    with_pieces,
+)
+from agentic_api.cache.codec import ENCODING, ArtifactCorrupt, pack_ids, unpack_ids
+from agentic_api.cache.recent import TokenArtifact
+from agentic_api.errors import ApiError
+from agentic_api.log import get_logger
+from agentic_api.metrics import record_token_account
+from agentic_api.services import Services
+from agentic_api.storage.models import Response, TokenArtifactRow
+from agentic_api.storage.token_artifacts import TokenArtifactRepository
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD, TokenPlan, TokenRecord
+from agentic_api.turns.prepare.history import salt_identity
+from agentic_api.turns.prepare.render import streams_upstream
+from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens
+from agentic_api.wire.items import Item
+from lineage import FingerprintChange, canonical_json, prefix_digest
+
+log = get_logger("agentic_api.turns.tokens")
+
+DECODE_SECONDS = 5.0
+
+
+def attach_tokens(services: Services, turn: PreparedTurn) -> tuple[PreparedTurn, TokenPlan | None]:
+    """Before the turn is sent: the turn with its fingerprint bound to the upstream's
+    tokenizer and, for a stored turn on an upstream that reports ids, its body asking for
+    them; and then the plan, whose read of the parent's ids has started."""
+    capabilities = services.tokens.get(turn.request.model)
+    if capabilities is None:
+        return turn, None
+    if capabilities.tokenizer:
+        turn = _bind_tokenizer(turn, capabilities.tokenizer)
+    asked = turn.request.store and capabilities.ids_for(streams_upstream(turn.request))
+    if not asked:
+        return turn, None
+    plan = TokenPlan(capabilities, services.tokens.block_size(capabilities), asked=True)
+    if turn.parent is not None:
+        plan.parent = asyncio.get_running_loop().create_task(
+            _parent_tokens(services, turn.caller.tenant_id, turn.parent)
+        )
+    if not turn.runs_tools:
+        # The tool loop renders its own rounds (turns/kinds/tool_loop.py adds the field).
+        turn = replace(turn, body=canonical_json(TOKEN_IDS_FIELD)[:-1] + b"," + turn.body[1:])
+    return turn, plan
+
+
+def _bind_tokenizer(turn: PreparedTurn, tokenizer: str) -> PreparedTurn:
+    bound = replace(turn, fingerprint=replace(turn.fingerprint, tokenizer=tokenizer))
+    if turn.parent is None:
+        return bound
+    before = turn.parent.fingerprint.get("tokenizer")
+    if isinstance(before, str) and before and before != tokenizer:
+        return replace(
+            bound,
+            fingerprint_changes=[
+                *turn.fingerprint_changes,
+                FingerprintChange("tokenizer", "the upstream's tokenizer or chat template changed"),
+            ],
+        )
+    return bound
+
+
+async def _parent_tokens(
+    services: Services, tenant_id: str, parent: Response
+) -> TokenArtifact | str:
+    kept = services.artifacts.get(tenant_id, parent.id)
+    if kept is not None:
+        return kept
+    try:
+        async with services.db.turn_read() as session:
+            row = await TokenArtifactRepository(session).get(tenant_id, parent.id)
+    except Exception as exc:
+        log.warning("could not read the parent's token ids", parent=parent.id, error=str(exc))
+        return "the parent's token ids could not be read"
+    if row is None:
+        retention = timedelta(seconds=services.settings.token_artifact_retention_seconds)
+        if parent.created_at < datetime.now(UTC) - retention:
+            return "the parent's token ids expired (AGENTIC_TOKEN_ARTIFACT_RETENTION_SECONDS)"
+        return (
+            "the parent has no token ids (not reported by the upstream, or made without the model)"
+        )
+    if row.fingerprint_digest != parent.fingerprint_digest:
+        return "the parent's token ids were made under another fingerprint than the parent's"
+    try:
+        return TokenArtifact(
+            parent.id,
+            tenant_id,
+            row.fingerprint_digest,
+            unpack_ids(row.prompt_ids, row.prompt_count, row.encoding),
+            unpack_ids(row.output_ids, row.output_count, row.encoding),
+            tuple(row.output_types),
+        )
+    except ArtifactCorrupt as exc:
+        return f"the parent's token ids are unreadable: {exc}"
+
+
+async def settle_tokens(
+    services: Services,
+    turn: PreparedTurn,
+    plan: TokenPlan | None,
+    relay: StreamRelay,
+    model_output: Sequence[Item],
+) -> TokenRecord | None:
+    """After the model answered, before the commit: the turn's artifact and account."""
+    if plan is None:
+        return None
+    try:
+        return await _settle(services, turn, plan, relay.token_rounds, model_output)
+    except Exception:
+        # A bug here must not cost the client its turn.
+        log.exception("token accounting failed", response_id=turn.response_id)
+        return TokenRecord(
+            None, None, unknown("token accounting failed", parent_id=_parent_id(turn))
+        )
+
+
+async def _settle(
+    services: Services,
+    turn: PreparedTurn,
+    plan: TokenPlan,
+    rounds: Sequence[ReportedTokens | MissingTokens],
+    model_output: Sequence[Item],
+) -> TokenRecord:
+    parent_id = _parent_id(turn)
+    if not rounds:
+        return TokenRecord(None, None, unknown("no upstream answer", parent_id=parent_id))
+    first, last = rounds[0], rounds[-1]
+    streamed = streams_upstream(turn.request)
+    for found in (first, last):
+        if isinstance(found, MissingTokens):
+            if found.absent:
+                services.tokens.observed(turn.request.model, streamed, ids=False)
+            return TokenRecord(
+                None, None, unknown(found.reason, parent_id=parent_id, measured=found.cached_tokens)
+            )
+    services.tokens.observed(turn.request.model, streamed, ids=True)
+    assert isinstance(first, ReportedTokens) and isinstance(last, ReportedTokens)
+    made = await _account(turn, plan, first)
+    if turn.compacts:
+        # Its continuations replay the summary, not this prompt and output: nothing of
+        # its tokens is theirs to reuse.
+        return TokenRecord(None, None, made)
+    output_types = tuple(item.type for item in model_output)
+    kept = TokenArtifact(
+        turn.response_id,
+        turn.caller.tenant_id,
+        turn.fingerprint.digest,
+        last.prompt,
+        last.output,
+        output_types,
+    )
+    row = TokenArtifactRow(
+        response_id=turn.response_id,
+        tenant_id=turn.caller.tenant_id,
+        created_at=datetime.now(UTC),
+        model=turn.request.model,
+        tokenizer=plan.capabilities.tokenizer,
+        fingerprint_digest=kept.fingerprint_digest,
+        salt_epoch=turn.caller.salt_epoch,
+        encoding=ENCODING,
+        prompt_count=len(last.prompt),
+        output_count=len(last.output),
+        prompt_ids=pack_ids(last.prompt),
+        output_ids=pack_ids(last.output),
+        output_types=list(output_types),
+    )
+    return TokenRecord(row, kept, made)
+
+
+async def _account(turn: PreparedTurn, plan: TokenPlan, first: ReportedTokens) -> TokenAccount:
+    if plan.parent is None:
+        return cold_start(len(first.prompt), first.cached_tokens, plan.block_size)
+    parent = await plan.parent
+    parent_id = _parent_id(turn)
+    if isinstance(parent, str):
+        return unknown(parent, parent_id=parent_id, measured=first.cached_tokens)
+    continuation = Continuation(
+        parent_id=parent.response_id,
+        changes=tuple(change.component for change in turn.fingerprint_changes),
+        parent_output_types=parent.output_types,
+        parent_cut_off=turn.parent is not None and turn.parent.status == "incomplete",
+    )
+    made = account(
+        continuation,
+        parent.prompt,
+        parent.output,
+        first.prompt,
+        first.cached_tokens,
+        plan.block_size,
+    )
+    if made.cause is Cause.TEMPLATE and _history_edited(turn):
+        made = account(
+            replace(continuation, history_edited=True),
+            parent.prompt,
+            parent.output,
+            first.prompt,
+            first.cached_tokens,
+            plan.block_size,
+        )
+    return made
+
+
+def _history_edited(turn: PreparedTurn) -> bool:
+    """Whether a conversation turn's history no longer begins with exactly what its
+    parent (the head) saw: items deleted or changed in between. (A previous_response_id
+    chain's history is its parent's, verified.)"""
+    parent = turn.parent
+    if turn.conversation is None or parent is None or parent.prefix_digest is None:
+        return False
+    seen = turn.history[: parent.history_item_count]
+    if len(seen) < parent.history_item_count:
+        return True
+    identity = salt_identity(turn.caller.tenant_id, parent.salt_epoch)
+    return (
+        prefix_digest(parent.model, identity, (item.data for item in seen)) != parent.prefix_digest
+    )
+
+
+def _parent_id(turn: PreparedTurn) -> str | None:
+    return turn.parent.id if turn.parent is not None else None
+
+
+def after_commit(
+    services: Services, turn: PreparedTurn, plan: TokenPlan | None, record: TokenRecord | None
+) -> None:
+    """Once the turn is stored: keep its ids for its continuations, count its account,
+    and decode a divergence for people to read (in the background)."""
+    if record is None:
+        return
+    if record.kept is not None:
+        services.artifacts.keep(record.kept)
+    made = record.account
+    record_token_account(
+        turn.request.model,
+        turn.caller.tenant_id,
+        status=made.status.value,
+        reusable=made.reusable_tokens,
+        expected=made.expected_cached,
+        measured=made.measured_cached,
+        lost={cause.value: tokens for cause, tokens in made.lost.items()},
+    )
+    divergence = record.account.divergence
+    if divergence is not None and plan is not None and plan.capabilities.detokenize:
+        services.spawn(_decode_divergence(services, turn, record.account))
+
+
+async def _decode_divergence(services: Services, turn: PreparedTurn, made: TokenAccount) -> None:
+    divergence = made.divergence
+    assert divergence is not None
+    model = turn.request.model
+    try:
+        async with asyncio.timeout(DECODE_SECONDS):
+            pieces = await asyncio.gather(
+                *(
+                    services.upstream.detokenize(model, [token])
+                    for token in (*divergence.parent_tokens, *divergence.child_tokens)
+                )
+            )
+    except (ApiError, TimeoutError) as exc:
+        log.info("divergence not decoded", response_id=turn.response_id, reason=str(exc))
+        return
+    split = len(divergence.parent_tokens)
+    stored = with_pieces(made.to_dict(), pieces[:split], pieces[split:])
+    try:
+        async with services.db.write() as session:
+            await TokenArtifactRepository(session).set_account(turn.response_id, stored)
+    except Exception:
+        log.exception("could not store the decoded divergence", response_id=turn.response_id)
+
+
+def cancel_parent_read(plan: TokenPlan | None) -> None:
+    """A turn that ends without a commit no longer needs its parent's ids."""
+    if plan is not None and plan.parent is not None and not plan.parent.done():
+        plan.parent.cancel()
+
+
+__all__ = [
+    "TokenRecord",
+    "after_commit",
+    "attach_tokens",
+    "cancel_parent_read",
+    "settle_tokens",
+]
