@@ -23,7 +23,6 @@ from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker
 from agentic_api.http import console
-from agentic_api.http.auth import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
 from agentic_api.http.middleware import (
@@ -49,6 +48,7 @@ from agentic_api.http.routes import (
 from agentic_api.log import configure_logging, get_logger
 from agentic_api.metrics import mark_this_process_dead
 from agentic_api.services import Services
+from agentic_api.serving.tenants import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import require_current, upgrade_async

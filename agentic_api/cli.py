@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from agentic_api.cache.residency.endpoints import EndpointError, parse_endpoints
-from agentic_api.http.workers import WORKER_HEALTHCHECK_SECONDS, available_cpus, plan_workers
 from agentic_api.log import configure_logging, get_logger
 from agentic_api.plugin_commands import WithPluginCommands
+from agentic_api.serve_workers import WORKER_HEALTHCHECK_SECONDS, available_cpus, plan_workers
 from agentic_api.settings import ConfigError, Settings
 
 if TYPE_CHECKING:

@@ -21,6 +21,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentic_api.storage.models import Conversation, ConversationItem, Response
+from agentic_api.storage.pages import by_position
 from agentic_api.storage.types import utcnow
 from lineage import IdKind, mint_id
 
@@ -216,14 +217,13 @@ class ConversationRepository:
             ConversationItem.conversation_id == conversation_id,
             ConversationItem.tenant_id == tenant_id,
         )
-        if after_position is not None:
-            query = query.where(
-                ConversationItem.position < after_position
-                if descending
-                else ConversationItem.position > after_position
-            )
-        order = ConversationItem.position.desc() if descending else ConversationItem.position
-        query = query.order_by(order).limit(limit)
+        query = by_position(
+            query,
+            ConversationItem.position,
+            after_position=after_position,
+            limit=limit,
+            descending=descending,
+        )
         return [StoredConversationItem(*row) for row in (await self.session.execute(query)).all()]
 
     async def item(

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import BindParameter
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
+from agentic_api.storage.pages import by_position
 from agentic_api.storage.turn_rows import (
     LIVE_CHECKPOINT,
     LIVE_RESPONSE,
@@ -211,14 +212,14 @@ class ResponseRepository:
         query = select(*_ITEM_COLUMNS).where(
             ResponseItem.response_id == response_id, ResponseItem.role == "input"
         )
-        if after_position is not None:
-            query = query.where(
-                ResponseItem.position < after_position
-                if descending
-                else ResponseItem.position > after_position
-            )
-        order = ResponseItem.position.desc() if descending else ResponseItem.position
-        rows = (await self.session.execute(query.order_by(order).limit(limit))).all()
+        query = by_position(
+            query,
+            ResponseItem.position,
+            after_position=after_position,
+            limit=limit,
+            descending=descending,
+        )
+        rows = (await self.session.execute(query)).all()
         return [StoredItem(*row) for row in rows]
 
     async def item_position(self, response_id: str, item_id: str) -> int | None:

@@ -1,10 +1,9 @@
 """Wire shapes of the admin inspection API (the timeline explanations that fill some of
-them are in ``wire/timeline.py``)."""
+them are built in ``serving/admin/timeline.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from collections.abc import Iterable
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, field_validator
@@ -18,6 +17,8 @@ T = TypeVar("T")
 DEFAULT_LIST_LIMIT = 20
 # A lineage view lists at most this many descendants; beyond it, ``truncated`` is set.
 MAX_DESCENDANTS = 1000
+# Whose turns usage statistics count: Responses turns, recorded Messages turns, or both.
+UsageApi = Literal["all", "responses", "messages"]
 
 
 # -- generic shapes ---------------------------------------------------------------------
@@ -31,24 +32,6 @@ class ListPage(BaseModel, Generic[T]):
     first_id: str | None
     last_id: str | None
     has_more: bool
-
-
-def page_of(rows: Sequence[T], limit: int) -> tuple[list[T], bool]:
-    """Repositories fetch ``limit + 1`` rows: the extra one only says there is more."""
-    return list(rows[:limit]), len(rows) > limit
-
-
-def list_page(items: list[T], has_more: bool, id_of: Callable[[T], str]) -> ListPage[T]:
-    return ListPage[T](
-        data=items,
-        first_id=id_of(items[0]) if items else None,
-        last_id=id_of(items[-1]) if items else None,
-        has_more=has_more,
-    )
-
-
-def unix(value: datetime | None) -> int | None:
-    return None if value is None else int(value.timestamp())
 
 
 def hit_ratio(input_tokens: int | None, cached_tokens: int | None) -> float | None:
@@ -251,7 +234,7 @@ class CacheStatsPage(ListPage[CacheStats]):
     tenant_id: str
     since: int | None
     until: int | None
-    api: Literal["all", "responses", "messages"] = Field(
+    api: UsageApi = Field(
         description="Whose turns are counted: stored Responses turns, recorded Anthropic "
         "Messages turns (AGENTIC_MESSAGES_RECORD_TURNS), or both."
     )

@@ -17,7 +17,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.connection import Connection
 
-from agentic_api.http.auth import KEY_CACHE_SECONDS
+from agentic_api.serving.tenants import KEY_CACHE_SECONDS
 from lineage import mint_cache_salt
 from tests.conftest import TEST_SECRET, RunningServer, app_server
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant

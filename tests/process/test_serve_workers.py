@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentic_api.http.workers import available_cpus, plan_workers
+from agentic_api.serve_workers import available_cpus, plan_workers
 from tests.support.clients import openai_client
 from tests.support.processes import CLI, START_TIMEOUT_SECONDS, Process, process_env
 from tests.support.servers import free_port

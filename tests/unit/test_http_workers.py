@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from agentic_api.cache.residency.endpoints import parse_endpoints
-from agentic_api.http.workers import (
+from agentic_api.serve_workers import (
     AUTO_MAX_WORKERS,
     AUTO_SEVERAL_FROM_CPUS,
     available_cpus,

@@ -11,9 +11,9 @@ from agentic_api.cache.accounting import Cause, Continuation, Status, account, c
 from agentic_api.cache.alignment import align, common_prefix
 from agentic_api.cache.codec import ArtifactCorrupt, pack_ids, unpack_ids
 from agentic_api.cache.recent import RecentArtifacts, TokenArtifact
+from agentic_api.serving.admin.token_account import explain_account
 from agentic_api.upstream.capabilities import _BLOCK_SIZE
 from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens, take_reported_tokens
-from agentic_api.wire.token_account import explain_account
 
 
 def ids(*values: int) -> array[int]:

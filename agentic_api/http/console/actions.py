@@ -9,10 +9,11 @@ from typing import get_args
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from agentic_api.http.auth import KeyCache, services_of
+from agentic_api.http.auth import services_of
 from agentic_api.http.console.gate import form_fields, same_origin, signer, viewer
 from agentic_api.http.console.render import page, redirect
 from agentic_api.serving.console.actions import ACTIONS, Action, apply_action, tenant_for_action
+from agentic_api.serving.tenants import KeyCache
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 

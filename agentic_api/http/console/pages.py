@@ -17,7 +17,7 @@ from agentic_api.http.console.headers import harden
 from agentic_api.http.console.params import BadParameter, choice, flag, identifier, integer, text
 from agentic_api.http.console.render import page, redirect
 from agentic_api.http.console.tree import tree_rows
-from agentic_api.http.residency_view import annotate_timeline, session_residency
+from agentic_api.serving.admin.residency import annotate_timeline, session_residency
 from agentic_api.serving.console.jobs import JobState, list_jobs, list_message_turns
 from agentic_api.serving.console.lineage import response_lineage
 from agentic_api.serving.console.residency import recent_sessions

@@ -1,35 +1,23 @@
 """/admin/v1: the operator's inspection API (admin keys only; tenant keys get 401).
 
 Read-only except for the tenant lifecycle (create, disable, rotate salt, keys) and two
-explicit destructive actions (delete a conversation, purge a tenant's data).
+explicit destructive actions (delete a conversation, purge a tenant's data). What each
+route reads or changes is in ``serving.admin``.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.security import HTTPBearer
 
-from agentic_api.errors import Conflict, InvalidRequest, NotFound
-from agentic_api.http.auth import KeyCache, require_admin, services_of
-from agentic_api.http.residency_view import annotate_timeline
-from agentic_api.storage.admin import (
-    AdminRepository,
-    ConversationFilter,
-    ConversationRecord,
-    DuplicateTenantName,
-    UsageApi,
-    UsageTotals,
-    Window,
-)
-from agentic_api.storage.message_turns import MessageTurnRepository
-from agentic_api.storage.models import ApiKey, MessageTurn, Tenant
-from agentic_api.storage.tenants import IssuedKey
+from agentic_api.errors import InvalidRequest
+from agentic_api.http.auth import require_admin, services_of
+from agentic_api.serving.admin import conversations, lineage, tenants, usage
+from agentic_api.serving.tenants import KeyCache
 from agentic_api.wire.admin import (
     DEFAULT_LIST_LIMIT,
-    MAX_DESCENDANTS,
     AdminApiKey,
     AdminConversation,
     AdminLineage,
@@ -37,7 +25,6 @@ from agentic_api.wire.admin import (
     AdminTenant,
     AdminTokenAccount,
     AdminTurn,
-    CacheStats,
     CacheStatsPage,
     CreateApiKeyRequest,
     CreateTenantRequest,
@@ -45,12 +32,8 @@ from agentic_api.wire.admin import (
     IssuedApiKey,
     ListPage,
     TenantCreated,
-    TokenArtifactInfo,
-    hit_ratio,
-    list_page,
+    UsageApi,
     metadata_filters,
-    page_of,
-    unix,
 )
 from agentic_api.wire.errors import ErrorBody
 from agentic_api.wire.limits import (
@@ -61,8 +44,6 @@ from agentic_api.wire.limits import (
     MAX_MODEL_LENGTH,
     MAX_UNIX_SECONDS,
 )
-from agentic_api.wire.timeline import present_chain, present_timeline, present_tree
-from agentic_api.wire.token_account import account_view
 
 # Only documents the scheme in OpenAPI (auto_error off); require_admin does the checking.
 _admin_bearer = HTTPBearer(
@@ -95,101 +76,12 @@ UnixTime = Annotated[
 ]
 
 
-def _at(seconds: int | None) -> datetime | None:
-    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
-
-
 def _forget_cached_keys(request: Request) -> None:
     # Resolved keys are cached for a few seconds; a disable, rotation or revocation must
     # bite on the next request. Called after the commit, so nothing can re-cache the old
     # state in between. (Other server processes still honour their own short cache.)
     cache: KeyCache = request.app.state.key_cache
     cache.clear()
-
-
-def _tenant_not_found(tenant_id: str) -> NotFound:
-    return NotFound(f"No tenant with id '{tenant_id}'.", param="tenant_id")
-
-
-def _conversation_not_found(conversation_id: str) -> NotFound:
-    return NotFound(f"No conversation with id '{conversation_id}'.", param="conversation_id")
-
-
-def _tenant(row: Tenant) -> AdminTenant:
-    return AdminTenant(
-        id=row.id,
-        name=row.name,
-        status="disabled" if row.disabled_at else "active",
-        created_at=int(row.created_at.timestamp()),
-        disabled_at=unix(row.disabled_at),
-        salt_epoch=row.salt_epoch,
-    )
-
-
-def _key(row: ApiKey) -> AdminApiKey:
-    return AdminApiKey(
-        id=row.id,
-        tenant_id=row.tenant_id,
-        name=row.name,
-        display_prefix=row.key_prefix,
-        status="revoked" if row.revoked_at else "active",
-        created_at=int(row.created_at.timestamp()),
-        revoked_at=unix(row.revoked_at),
-    )
-
-
-def _issued(row: ApiKey, issued: IssuedKey) -> IssuedApiKey:
-    return IssuedApiKey(**_key(row).model_dump(), key=issued.plaintext)
-
-
-def _conversation(row: ConversationRecord) -> AdminConversation:
-    return AdminConversation(
-        id=row.id,
-        tenant_id=row.tenant_id,
-        created_at=int(row.created_at.timestamp()),
-        updated_at=int(row.updated_at.timestamp()),
-        metadata=row.metadata or {},
-        head_response_id=row.head_response_id,
-        turn_count=row.turn_count,
-    )
-
-
-def _message_turn(row: MessageTurn) -> AdminMessageTurn:
-    return AdminMessageTurn(
-        id=row.id,
-        created_at=int(row.created_at.timestamp()),
-        session_id=row.session_id,
-        session_source=row.session_source,
-        model=row.model,
-        stream=row.stream,
-        status=row.status,
-        stop_reason=row.stop_reason,
-        message_id=row.message_id,
-        message_count=row.message_count,
-        input_tokens=row.input_tokens,
-        cached_tokens=row.cached_tokens,
-        cache_creation_tokens=row.cache_creation_tokens,
-        output_tokens=row.output_tokens,
-        hit_ratio=hit_ratio(row.input_tokens, row.cached_tokens),
-    )
-
-
-def _stats(row: UsageTotals) -> CacheStats:
-    return CacheStats(
-        model=row.model,
-        turns=row.turns,
-        input_tokens=row.input_tokens,
-        cached_tokens=row.cached_tokens,
-        output_tokens=row.output_tokens,
-        hit_ratio=hit_ratio(row.input_tokens, row.cached_tokens),
-    )
-
-
-async def _require_tenant(repo: AdminRepository, tenant_id: str) -> Tenant:
-    tenant = await repo.tenants.get(tenant_id)
-    if tenant is None:
-        raise _tenant_not_found(tenant_id)
-    return tenant
 
 
 # -- tenants --------------------------------------------------------------------------------
@@ -199,11 +91,7 @@ async def _require_tenant(repo: AdminRepository, tenant_id: str) -> Tenant:
 async def list_tenants(
     request: Request, after: After = None, limit: Limit = DEFAULT_LIST_LIMIT
 ) -> ListPage[AdminTenant]:
-    async with services_of(request).db.read() as session:
-        rows, more = page_of(
-            await AdminRepository(session).list_tenants(after=after, limit=limit), limit
-        )
-    return list_page([_tenant(r) for r in rows], more, lambda t: t.id)
+    return await tenants.list_tenants(services_of(request), after, limit)
 
 
 @router.post(
@@ -212,30 +100,18 @@ async def list_tenants(
     responses={409: {"model": ErrorBody, "description": "The name is taken"}},
 )
 async def create_tenant(body: CreateTenantRequest, request: Request) -> TenantCreated:
-    try:
-        async with services_of(request).db.write() as session:
-            repo = AdminRepository(session)
-            tenant, key, issued = await repo.create_tenant(body.name, body.key_name)
-    except DuplicateTenantName as exc:
-        raise Conflict(
-            f"A tenant named '{body.name}' already exists.", param="name", code="tenant_exists"
-        ) from exc
-    return TenantCreated(tenant=_tenant(tenant), api_key=_issued(key, issued))
+    return await tenants.create_tenant(services_of(request), body.name, body.key_name)
 
 
 @router.get("/tenants/{tenant_id}", summary="Get one tenant")
 async def get_tenant(tenant_id: str, request: Request) -> AdminTenant:
-    async with services_of(request).db.read() as session:
-        return _tenant(await _require_tenant(AdminRepository(session), tenant_id))
+    return await tenants.get_tenant(services_of(request), tenant_id)
 
 
 async def _set_disabled(request: Request, tenant_id: str, disabled: bool) -> AdminTenant:
-    async with services_of(request).db.write() as session:
-        tenant = await AdminRepository(session).set_disabled(tenant_id, disabled)
-    if tenant is None:
-        raise _tenant_not_found(tenant_id)
+    tenant = await tenants.set_disabled(services_of(request), tenant_id, disabled)
     _forget_cached_keys(request)
-    return _tenant(tenant)
+    return tenant
 
 
 @router.post("/tenants/{tenant_id}/disable", summary="Disable a tenant: its keys stop working")
@@ -253,12 +129,9 @@ async def enable_tenant(tenant_id: str, request: Request) -> AdminTenant:
     summary="Rotate the tenant's cache salt (bumps salt_epoch; its cached prefixes are lost)",
 )
 async def rotate_salt(tenant_id: str, request: Request) -> AdminTenant:
-    async with services_of(request).db.write() as session:
-        tenant = await AdminRepository(session).rotate_salt(tenant_id)
-    if tenant is None:
-        raise _tenant_not_found(tenant_id)
+    tenant = await tenants.rotate_salt(services_of(request), tenant_id)
     _forget_cached_keys(request)
-    return _tenant(tenant)
+    return tenant
 
 
 # -- API keys -------------------------------------------------------------------------------
@@ -268,11 +141,7 @@ async def rotate_salt(tenant_id: str, request: Request) -> AdminTenant:
 async def list_api_keys(
     tenant_id: str, request: Request, after: After = None, limit: Limit = DEFAULT_LIST_LIMIT
 ) -> ListPage[AdminApiKey]:
-    async with services_of(request).db.read() as session:
-        repo = AdminRepository(session)
-        await _require_tenant(repo, tenant_id)
-        rows, more = page_of(await repo.list_keys(tenant_id, after=after, limit=limit), limit)
-    return list_page([_key(r) for r in rows], more, lambda k: k.id)
+    return await tenants.list_api_keys(services_of(request), tenant_id, after, limit)
 
 
 @router.post("/tenants/{tenant_id}/api_keys", summary="Issue an API key (shown once)")
@@ -280,29 +149,20 @@ async def issue_api_key(
     tenant_id: str, request: Request, body: CreateApiKeyRequest | None = None
 ) -> IssuedApiKey:
     name = body.name if body else None
-    async with services_of(request).db.write() as session:
-        repo = AdminRepository(session)
-        tenant = await _require_tenant(repo, tenant_id)
-        key, issued = await repo.issue_key(tenant, name)
-    return _issued(key, issued)
+    return await tenants.issue_api_key(services_of(request), tenant_id, name)
 
 
 @router.delete("/tenants/{tenant_id}/api_keys/{key_id}", summary="Revoke an API key")
 async def revoke_api_key(tenant_id: str, key_id: str, request: Request) -> AdminApiKey:
-    async with services_of(request).db.write() as session:
-        key = await AdminRepository(session).revoke_key(tenant_id, key_id)
-    if key is None:
-        raise NotFound(f"Tenant '{tenant_id}' has no API key '{key_id}'.", param="key_id")
+    key = await tenants.revoke_api_key(services_of(request), tenant_id, key_id)
     _forget_cached_keys(request)
-    return _key(key)
+    return key
 
 
 # -- conversations --------------------------------------------------------------------------
 
 
-def _conversation_filter(
-    request: Request, updated_since: int | None, model: str | None
-) -> ConversationFilter:
+def _metadata_filters(request: Request) -> list[tuple[str, str]]:
     pairs = metadata_filters(request.query_params.multi_items())
     if len(pairs) > MAX_METADATA_PAIRS:
         raise InvalidRequest(f"At most {MAX_METADATA_PAIRS} metadata filters.", param="metadata")
@@ -314,7 +174,7 @@ def _conversation_filter(
                 param=f"metadata[{key[:MAX_METADATA_KEY_LENGTH]}]",
                 code="invalid_value",
             )
-    return ConversationFilter(_at(updated_since), model, tuple(pairs))
+    return pairs
 
 
 @router.get(
@@ -345,33 +205,22 @@ async def list_conversations(
         Query(max_length=MAX_MODEL_LENGTH, description="Has a turn run on this model."),
     ] = None,
 ) -> ListPage[AdminConversation]:
-    filters = _conversation_filter(request, updated_since, model)
-    async with services_of(request).db.read() as session:
-        repo = AdminRepository(session)
-        await _require_tenant(repo, tenant_id)
-        cursor = None
-        if after is not None:
-            cursor = await repo.get_conversation(tenant_id, after)
-            if cursor is None:
-                raise InvalidRequest(
-                    f"Unknown cursor: no conversation '{after}'.",
-                    param="after",
-                    code="invalid_value",
-                )
-        rows = await repo.list_conversations(tenant_id, filters, after=cursor, limit=limit)
-    page, more = page_of(rows, limit)
-    return list_page([_conversation(r) for r in page], more, lambda c: c.id)
+    return await conversations.list_conversations(
+        services_of(request),
+        tenant_id,
+        updated_since=updated_since,
+        model=model,
+        metadata=_metadata_filters(request),
+        after=after,
+        limit=limit,
+    )
 
 
 @router.get("/tenants/{tenant_id}/conversations/{conversation_id}", summary="Get a conversation")
 async def get_conversation(
     tenant_id: str, conversation_id: str, request: Request
 ) -> AdminConversation:
-    async with services_of(request).db.read() as session:
-        row = await AdminRepository(session).get_conversation(tenant_id, conversation_id)
-    if row is None:
-        raise _conversation_not_found(conversation_id)
-    return _conversation(row)
+    return await conversations.get_conversation(services_of(request), tenant_id, conversation_id)
 
 
 @router.get(
@@ -385,18 +234,9 @@ async def conversation_timeline(
     after: After = None,
     limit: Limit = DEFAULT_LIST_LIMIT,
 ) -> ListPage[AdminTurn]:
-    async with services_of(request).db.read() as session:
-        repo = AdminRepository(session)
-        if await repo.get_conversation(tenant_id, conversation_id) is None:
-            raise _conversation_not_found(conversation_id)
-        rows, more = page_of(
-            await repo.conversation_turns(tenant_id, conversation_id, after=after, limit=limit),
-            limit,
-        )
-        before = await repo.turn_before(tenant_id, conversation_id, rows[0].id) if rows else None
-    shown = present_timeline(rows, before)
-    annotate_timeline(shown, rows, before, services_of(request).residency)
-    return list_page(shown, more, lambda t: t.id)
+    return await conversations.timeline(
+        services_of(request), tenant_id, conversation_id, after, limit
+    )
 
 
 @router.delete(
@@ -404,11 +244,7 @@ async def conversation_timeline(
     summary="Delete a conversation with its items, turns and their continuations",
 )
 async def delete_conversation(tenant_id: str, conversation_id: str, request: Request) -> Deletion:
-    async with services_of(request).db.write() as session:
-        counts = await AdminRepository(session).delete_conversation(tenant_id, conversation_id)
-    if counts is None:
-        raise _conversation_not_found(conversation_id)
-    return Deletion(tenant_id=tenant_id, conversation_id=conversation_id, deleted=counts)
+    return await conversations.delete_conversation(services_of(request), tenant_id, conversation_id)
 
 
 @router.delete(
@@ -417,11 +253,7 @@ async def delete_conversation(tenant_id: str, conversation_id: str, request: Req
     "Messages turns",
 )
 async def purge_tenant_data(tenant_id: str, request: Request) -> Deletion:
-    async with services_of(request).db.write() as session:
-        repo = AdminRepository(session)
-        await _require_tenant(repo, tenant_id)
-        counts = await repo.purge_tenant_data(tenant_id)
-    return Deletion(tenant_id=tenant_id, conversation_id=None, deleted=counts)
+    return await conversations.purge_tenant_data(services_of(request), tenant_id)
 
 
 # -- lineage and statistics -------------------------------------------------------------------
@@ -432,21 +264,7 @@ async def purge_tenant_data(tenant_id: str, request: Request) -> Deletion:
     summary="A response's ancestors (root first) and its descendants and forks as a tree",
 )
 async def response_lineage(response_id: str, request: Request) -> AdminLineage:
-    async with services_of(request).db.read() as session:
-        repo = AdminRepository(session)
-        chain = await repo.ancestors(response_id)
-        if not chain:
-            raise NotFound(f"No response with id '{response_id}'.", param="response_id")
-        descendants = await repo.descendants(response_id, limit=MAX_DESCENDANTS)
-    shown = descendants[:MAX_DESCENDANTS]
-    return AdminLineage(
-        response_id=response_id,
-        tenant_id=chain[-1].tenant_id,
-        ancestors=present_chain(chain),
-        descendants=present_tree(chain[-1], shown),
-        descendant_count=len(shown),
-        truncated=len(descendants) > MAX_DESCENDANTS,
-    )
+    return await lineage.response_lineage(services_of(request), response_id)
 
 
 @router.get(
@@ -455,30 +273,7 @@ async def response_lineage(response_id: str, request: Request) -> AdminLineage:
     "reusable tokens, the cause of any loss) and its stored token ids",
 )
 async def token_account(response_id: str, request: Request) -> AdminTokenAccount:
-    async with services_of(request).db.read() as session:
-        repo = AdminRepository(session)
-        chain = await repo.ancestors(response_id)
-        if not chain:
-            raise NotFound(f"No response with id '{response_id}'.", param="response_id")
-        artifact = await repo.token_artifact(response_id)
-    turn = chain[-1]
-    return AdminTokenAccount(
-        response_id=turn.id,
-        tenant_id=turn.tenant_id,
-        model=turn.model,
-        account=account_view(turn.token_account) if turn.token_account else None,
-        artifact=None
-        if artifact is None
-        else TokenArtifactInfo(
-            prompt_tokens=artifact.prompt_count,
-            output_tokens=artifact.output_count,
-            stored_bytes=len(artifact.prompt_ids) + len(artifact.output_ids),
-            encoding=artifact.encoding,
-            model=artifact.model,
-            tokenizer=artifact.tokenizer,
-            created_at=int(artifact.created_at.timestamp()),
-        ),
-    )
+    return await lineage.token_account(services_of(request), response_id)
 
 
 @router.get(
@@ -499,26 +294,8 @@ async def cache_stats(
 ) -> CacheStatsPage:
     if since is not None and until is not None and until <= since:
         raise InvalidRequest("'until' must be later than 'since'.", param="until")
-    window = Window(_at(since), _at(until))
-    async with services_of(request).db.read() as session:
-        repo = AdminRepository(session)
-        await _require_tenant(repo, tenant_id)
-        rows, more = page_of(
-            await repo.usage_by_model(tenant_id, window, after=after, limit=limit, api=api),
-            limit,
-        )
-        total = await repo.usage_total(tenant_id, window, api)
-    data = [_stats(r) for r in rows]
-    return CacheStatsPage(
-        data=data,
-        first_id=data[0].model if data else None,
-        last_id=data[-1].model if data else None,
-        has_more=more,
-        tenant_id=tenant_id,
-        since=since,
-        until=until,
-        api=api,
-        total=_stats(total),
+    return await usage.cache_stats(
+        services_of(request), tenant_id, since=since, until=until, after=after, limit=limit, api=api
     )
 
 
@@ -535,12 +312,4 @@ async def list_message_turns(
     after: After = None,
     limit: Limit = DEFAULT_LIST_LIMIT,
 ) -> ListPage[AdminMessageTurn]:
-    async with services_of(request).db.read() as session:
-        await _require_tenant(AdminRepository(session), tenant_id)
-        rows, more = page_of(
-            await MessageTurnRepository(session).list(
-                tenant_id, session_id=session_id, after=after, limit=limit
-            ),
-            limit,
-        )
-    return list_page([_message_turn(r) for r in rows], more, lambda t: t.id)
+    return await usage.list_message_turns(services_of(request), tenant_id, session_id, after, limit)

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Request
 
-from agentic_api.http.auth import TenantContext, require_tenant, services_of
+from agentic_api.http.auth import require_tenant, services_of
+from agentic_api.serving.tenants import TenantContext
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.kinds.compaction import compact
 from agentic_api.wire.requests import parse_create_request, parse_json_object

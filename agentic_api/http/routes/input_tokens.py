@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Request
 
-from agentic_api.http.auth import TenantContext, require_tenant, services_of
+from agentic_api.http.auth import require_tenant, services_of
+from agentic_api.serving.tenants import TenantContext
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.kinds.input_tokens import count_input_tokens
 from agentic_api.wire.requests import (

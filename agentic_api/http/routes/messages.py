@@ -14,17 +14,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response, StreamingResponse
 
-from agentic_api.http.auth import (
-    KeyCache,
-    TenantContext,
-    authenticate_token,
-    bearer_token,
-    credential_header,
-    services_of,
-)
+from agentic_api.http.auth import bearer_token, credential_header, services_of
 from agentic_api.http.sse import SSE_HEADERS
 from agentic_api.messages.turn import PreparedMessage, count_message_tokens, prepare_message
 from agentic_api.serving.messages import answer_message
+from agentic_api.serving.tenants import KeyCache, TenantContext, authenticate_token
 from agentic_api.turns.data.caller import Caller
 from agentic_api.wire.anthropic import (
     BETA_HEADER,

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 
 from agentic_api.errors import NotFound
-from agentic_api.http.auth import TenantContext, require_tenant, services_of
+from agentic_api.http.auth import require_tenant, services_of
+from agentic_api.serving.tenants import TenantContext
 
 router = APIRouter(tags=["models"])
 Tenant = Annotated[TenantContext, Depends(require_tenant)]

@@ -22,11 +22,12 @@ import orjson
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
 from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge, Unauthorized
-from agentic_api.http.auth import TenantContext, authenticate, credential_header, services_of
+from agentic_api.http.auth import authenticate, credential_header, services_of
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
 from agentic_api.services import Services
 from agentic_api.serving.socket_turn import start_socket_turn
+from agentic_api.serving.tenants import TenantContext
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.connection_histories import ConnectionHistories
 from agentic_api.wire.events import socket_error_frame, socket_event

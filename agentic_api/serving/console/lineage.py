@@ -4,9 +4,9 @@ lineage view builds them."""
 from __future__ import annotations
 
 from agentic_api.services import Services
+from agentic_api.serving.admin.timeline import present_chain, present_tree
 from agentic_api.storage.admin import AdminRepository
 from agentic_api.wire.admin import MAX_DESCENDANTS, AdminLineage
-from agentic_api.wire.timeline import present_chain, present_tree
 
 
 async def response_lineage(services: Services, response_id: str) -> AdminLineage | None:

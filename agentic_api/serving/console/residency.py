@@ -1,12 +1,12 @@
 """Whose sessions to show residency for: a tenant's most recently active ones (the
-residency itself is this process's tracker's, read by ``http/residency_view``)."""
+residency itself is this process's tracker's, read by ``serving/admin/residency``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from agentic_api.services import Services
-from agentic_api.serving.console.shapes import tenant_view
+from agentic_api.serving.admin.views import tenant_view
 from agentic_api.storage.console import ConsoleRepository, SessionFilter
 from agentic_api.storage.session_owners import SessionOwner
 from agentic_api.wire.admin import AdminTenant

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_api.services import Services
-from agentic_api.serving.console.shapes import tenant_view
+from agentic_api.serving.admin.views import tenant_view
 from agentic_api.storage.console import (
     ConsoleRepository,
     SessionFilter,

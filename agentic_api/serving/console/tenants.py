@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from agentic_api.services import Services
-from agentic_api.serving.console.shapes import stats_view, tenant_view
+from agentic_api.serving.admin.views import stats_view, tenant_view
 from agentic_api.storage.admin import AdminRepository, Window
 from agentic_api.storage.console import ConsoleRepository, LostBucket, UsageBucket
 from agentic_api.wire.admin import AdminTenant, CacheStats, hit_ratio

@@ -7,17 +7,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agentic_api.services import Services
-from agentic_api.serving.console.shapes import tenant_view
+from agentic_api.serving.admin.timeline import present_timeline, present_turn
+from agentic_api.serving.admin.views import tenant_view
 from agentic_api.storage.admin import AdminRepository, ConversationRecord, TurnRecord
 from agentic_api.storage.console import ConsoleRepository
 from agentic_api.wire.admin import AdminTenant, AdminTurn
-from agentic_api.wire.timeline import present_timeline, present_turn
 
 
 @dataclass(frozen=True)
 class Comparison:
     """Turns shown together with the turn the first of them is compared to: what the
-    residency annotation (``http/residency_view.annotate_timeline``) takes."""
+    residency annotation (``serving/admin/residency.annotate_timeline``) takes."""
 
     shown: list[AdminTurn]
     rows: list[TurnRecord]

@@ -2,7 +2,7 @@
 
 Pure presentation of stored facts: the fingerprint changes the turn pipeline recorded,
 plus a history check over the stored item counts (see ``history_edited``). It reads turns
-through the ``TurnFacts`` protocol so this bottom layer never imports storage.
+through the ``TurnFacts`` protocol, so it can be tested on any row-like object.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from agentic_api.serving.admin.token_account import account_view
 from agentic_api.wire.admin import (
     AdminTurn,
     CacheBreak,
@@ -21,7 +22,6 @@ from agentic_api.wire.admin import (
     TurnUsage,
     hit_ratio,
 )
-from agentic_api.wire.token_account import account_view
 from lineage import ExecutionFingerprint
 
 

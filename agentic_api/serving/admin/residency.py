@@ -1,6 +1,6 @@
 """The admin residency views, built from the tracker's snapshots (``cache/residency``):
-a session's tally per replica, and a response's own branch (how much of its prompt +
-output each replica holds, matched by its token ids)."""
+a session's tally per replica, a response's own branch (how much of its prompt + output
+each replica holds, matched by its token ids), and the timeline's cause."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from agentic_api.cache.residency.attribution import (
 )
 from agentic_api.cache.residency.replica import Eviction
 from agentic_api.cache.residency.tracker import ResidencyTracker, SessionOnReplica
+from agentic_api.errors import NotFound
+from agentic_api.services import Services
 from agentic_api.storage.admin import TurnRecord
-from agentic_api.storage.session_owners import SessionOwner
+from agentic_api.storage.session_owners import SessionOwner, conversation_owner, response_owner
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.wire.admin import AdminTurn
 from agentic_api.wire.residency import (
@@ -221,3 +223,32 @@ def _expected(
     ):
         return figure
     return expected_cached(previous_input_tokens, input_tokens, block)
+
+
+async def conversation_residency(services: Services, conversation_id: str) -> SessionResidency:
+    async with services.db.read() as session:
+        owner = await conversation_owner(session, conversation_id)
+        tokens = await _branch(session, services, owner)
+    if owner is None:
+        raise NotFound(f"No conversation with id '{conversation_id}'.", param="conversation_id")
+    return session_residency(owner, services.residency, services.secret, tokens)
+
+
+async def response_residency(services: Services, response_id: str) -> SessionResidency:
+    async with services.db.read() as session:
+        owner = await response_owner(session, response_id)
+        tokens = await _branch(session, services, owner)
+    if owner is None:
+        raise NotFound(f"No response with id '{response_id}'.", param="response_id")
+    return session_residency(owner, services.residency, services.secret, tokens)
+
+
+async def _branch(
+    session: AsyncSession, services: Services, owner: SessionOwner | None
+) -> array[int] | str | None:
+    """The branch response's token ids, read only when there is something to match."""
+    if owner is None or owner.branch_response_id is None or services.residency is None:
+        return None
+    return await branch_tokens(
+        session, services.artifacts, owner.tenant_id, owner.branch_response_id
+    )
