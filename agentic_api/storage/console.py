@@ -4,8 +4,8 @@ many rows it summarizes.
 
 What the admin API already reads (a conversation's turns, a chain, a token artifact) is
 read through ``storage/admin.py``; this module adds what only the console shows: usage per
-tenant, per session and per time bucket, lost tokens summed from the stored token
-accounts (``responses.token_account['lost']``, by cause), latencies, items and the
+tenant, per session and per time bucket, lost tokens summed from each turn's account
+(``responses.lost_tokens`` and ``lost_by_cause``, written with the turn), latencies, items and the
 background queue, and the logouts of console sessions. Nothing here commits.
 """
 
@@ -25,7 +25,6 @@ from sqlalchemy import (
     cast,
     delete,
     func,
-    literal,
     literal_column,
     select,
     union_all,
@@ -131,16 +130,9 @@ class JobRecord:
     error: dict[str, Any] | None
 
 
-def _lost_per_turn(dialect: str) -> ColumnElement[int]:
-    """The sum of one stored account's ``lost`` values (NULL without an account)."""
-    if dialect == "postgresql":
-        sql = (
-            "(SELECT SUM(CAST(lost.value AS BIGINT)) "
-            "FROM json_each_text(responses.token_account -> 'lost') AS lost)"
-        )
-    else:
-        sql = "(SELECT SUM(lost.value) FROM json_each(responses.token_account, '$.lost') AS lost)"
-    return literal_column(sql, BigInteger)
+def _lost_per_turn() -> ColumnElement[int | None]:
+    """One turn's lost tokens (NULL without an account)."""
+    return Response.lost_tokens.expression
 
 
 def _bucket(dialect: str, column: str, seconds: int) -> ColumnElement[int]:
@@ -212,7 +204,7 @@ class ConsoleRepository:
             Response.tenant_id.label("tenant_id"),
             Response.input_tokens.label("input_tokens"),
             Response.cached_tokens.label("cached_tokens"),
-            _lost_per_turn(self.dialect).label("lost"),
+            _lost_per_turn().label("lost"),
         ).where(Response.tenant_id.in_(tenant_ids))
         messages = select(
             MessageTurn.tenant_id,
@@ -264,11 +256,10 @@ class ConsoleRepository:
     ) -> list[LostBucket]:
         """Lost tokens per time bucket and cause, from the stored token accounts."""
         if self.dialect == "postgresql":
-            document = Response.token_account.op("->")(literal("lost"))
-            lost = func.json_each_text(document).table_valued("key", "value")
+            lost = func.jsonb_each_text(Response.lost_by_cause).table_valued("key", "value")
             tokens = func.sum(cast(lost.c.value, BigInteger))
         else:
-            lost = func.json_each(Response.token_account, "$.lost").table_valued("key", "value")
+            lost = func.json_each(Response.lost_by_cause).table_valued("key", "value")
             tokens = func.sum(lost.c.value)
         start = _bucket(self.dialect, "responses.created_at", bucket_seconds).label("start")
         query = (
@@ -297,14 +288,12 @@ class ConsoleRepository:
         """The tenant's sessions (a conversation, or a ``previous_response_id`` chain's
         session), one row each with its aggregates, sorted and paged in one statement.
 
-        Lost tokens are summed from each turn's JSON account, the one costly aggregate:
-        unless the sort or a filter needs them for every session, they are summed only
-        for the sessions of the page, after the page is chosen."""
-        ranks_by_lost = sort == "lost_tokens" or filters.lossy
+        Lost tokens are summed from each turn's ``lost_tokens`` column, as cheap as the
+        other sums."""
         turns = func.count()
         input_tokens = _sum(Response.input_tokens)
         cached_tokens = _sum(Response.cached_tokens)
-        lost = _sum(_lost_per_turn(self.dialect))
+        lost = _sum(_lost_per_turn())
         keys: dict[SessionSort, ColumnElement[Any]] = {
             "last_activity": func.max(Response.created_at),
             "turns": turns,
@@ -323,9 +312,8 @@ class ConsoleRepository:
             func.max(Response.id).label("last_response_id"),
             func.count().over().label("total"),
             keys[sort].label("sort_key"),
+            lost.label("lost"),
         ]
-        if ranks_by_lost:
-            columns.append(lost.label("lost"))
         query = (
             select(*columns).where(Response.tenant_id == tenant_id).group_by(Response.session_id)
         )
@@ -343,24 +331,7 @@ class ConsoleRepository:
         ordered = key.desc() if descending else key.asc()
         tie = Response.session_id.desc() if descending else Response.session_id.asc()
         page = query.order_by(ordered.nulls_last(), tie).offset(offset).limit(limit).subquery()
-        if ranks_by_lost:
-            page_lost: ColumnElement[Any] = page.c.lost
-            rows_query = select(page)
-        else:
-            # The page's sessions only: at most ``limit`` sessions' accounts are read.
-            of_page = (
-                select(Response.session_id, lost.label("lost"))
-                .where(
-                    Response.tenant_id == tenant_id,
-                    Response.session_id.in_(select(page.c.session_id)),
-                )
-                .group_by(Response.session_id)
-                .subquery()
-            )
-            page_lost = func.coalesce(of_page.c.lost, 0)
-            rows_query = select(page, page_lost.label("lost")).outerjoin(
-                of_page, of_page.c.session_id == page.c.session_id
-            )
+        rows_query = select(page)
         outer_key = page.c.sort_key.desc() if descending else page.c.sort_key.asc()
         outer_tie = page.c.session_id.desc() if descending else page.c.session_id.asc()
         rows = (

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     ForeignKey,
     Index,
@@ -170,6 +171,11 @@ class Response(Base):
     # The turn's reuse account against its parent's exact tokens (cache/accounting.py),
     # when the upstream reported token ids; kept after the ids themselves expire.
     token_account: Mapped[dict[str, Any] | None] = mapped_column(JsonDocument)
+    # The account's lost tokens, in total and by cause, in columns of their own: the
+    # console sums and sorts on them, and an account's other strings (decoded divergence
+    # pieces) may hold a NUL that PostgreSQL cannot turn into text while reading the JSON.
+    lost_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    lost_by_cause: Mapped[dict[str, int] | None] = mapped_column(QueryableJsonDocument)
 
 
 class ResponseItem(Base):

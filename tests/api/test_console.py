@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from openai import OpenAI
 from openai.types.responses import FunctionToolParam
@@ -22,6 +23,7 @@ from tests.conftest import RunningServer, running_server, server_settings
 from tests.support.console import cells, csrf_token, log_in, login_token, number
 from tests.support.console_seed import seed_chain, seed_conversations
 from tests.support.servers import ThreadedServer
+from tests.support.sql import execute, rows
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 from tests.upstream_sim import Reply, SimServer
 
@@ -471,6 +473,57 @@ def test_session_rows_equal_the_admin_timeline_whatever_the_sort(
     for params in ({}, {"sort": "turns"}, {"sort": "lost_tokens"}, {"lossy": "1"}):
         shown = cells(ok(console.get(f"/console/tenants/{tenant.id}", params=params)))
         assert shown[conversation.id] == expected, params
+
+
+def test_a_nul_in_a_stored_account_breaks_no_page(
+    console: httpx.Client,
+    admin: httpx.Client,
+    client: OpenAI,
+    sim: SimServer,
+    server: RunningServer,
+    tenant: TenantKeys,
+) -> None:
+    """A model may emit a NUL, and a decoded divergence piece then holds one: PostgreSQL
+    keeps it in a ``json`` account but cannot read that document's parts as text, so no
+    page may read lost tokens out of the account itself."""
+    conversation = client.conversations.create()
+    for turn in range(2):
+        sim.push(Reply(f"Answer {turn} with enough words to fill a block or two of tokens."))
+        if turn == 1:
+            sim.state.cache.clear()
+        last = client.responses.create(
+            model=MODEL, input=f"Question {turn}?", conversation=conversation.id
+        )
+    stored = api(admin.get(f"/responses/{last.id}/token_account"))["account"]
+    lost = sum(stored["lost"].values())
+    assert lost > 0
+    account = rows(server.db_url, "SELECT token_account FROM responses WHERE id = :id", id=last.id)
+    document = account[0][0] if isinstance(account[0][0], dict) else orjson.loads(account[0][0])
+    document["divergence"] = {
+        "offset": 0,
+        "region": "input",
+        "parent_tokens": [0],
+        "child_tokens": [1],
+        "realigned": False,
+        "splits": 0,
+        "remainder": 0,
+        "parent_pieces": ["model\x00said"],
+        "child_pieces": ["\x00"],
+    }
+    value = "CAST(:doc AS JSON)" if server.db_url.startswith("postgresql") else ":doc"
+    execute(
+        server.db_url,
+        f"UPDATE responses SET token_account = {value} WHERE id = :id",
+        doc=orjson.dumps(document).decode(),
+        id=last.id,
+    )
+    kept = rows(server.db_url, "SELECT token_account FROM responses WHERE id = :id", id=last.id)
+    kept_document = kept[0][0] if isinstance(kept[0][0], dict) else orjson.loads(kept[0][0])
+    assert kept_document["divergence"]["child_pieces"] == ["\x00"]
+    ok(console.get("/console"))
+    shown = cells(ok(console.get(f"/console/tenants/{tenant.id}", params={"sort": "lost_tokens"})))
+    assert shown[conversation.id]["lost_tokens"] == number(lost)
+    assert "<svg" in ok(console.get(f"/console/tenants/{tenant.id}/charts/lost.svg"))
 
 
 def test_lineage_page_shows_the_admin_tree_with_its_fork(

@@ -123,6 +123,8 @@ async def commit_turn(
     artifact = None
     if tokens is not None:
         row.token_account = tokens.account.to_dict()
+        row.lost_by_cause = {cause.value: n for cause, n in tokens.account.lost.items()}
+        row.lost_tokens = sum(tokens.account.lost.values())
         artifact = tokens.artifact
     if events and hooks.event_log is not None:
         events = await hooks.event_log.unsaved(events)
