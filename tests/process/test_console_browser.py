@@ -106,6 +106,7 @@ def test_a_person_finds_why_a_turn_missed_the_cache(
     served: Process,
     kv_sim: SimServer,
     screenshots: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     tenant = create_tenant(fresh_db, f"acme-{backend}")
     admin_key = create_admin_key(fresh_db)
@@ -115,6 +116,9 @@ def test_a_person_finds_why_a_turn_missed_the_cache(
         headers={"Authorization": f"Bearer {admin_key}"},
         timeout=30,
     )
+    # Closed however the test ends (a browser that cannot start included).
+    request.addfinalizer(client.close)
+    request.addfinalizer(admin.close)
 
     # An agent's conversation: two turns reuse the cache, a third changes the tools, then
     # it pauses while another tenant fills the small cache, and its resume misses.
@@ -262,7 +266,6 @@ def test_a_person_finds_why_a_turn_missed_the_cache(
             shot("9-xss-as-text")
         finally:
             browser.close()
-            admin.close()
     _check_screens(screenshots)
 
 
