@@ -25,6 +25,7 @@ from sqlalchemy import (
     cast,
     delete,
     func,
+    literal,
     literal_column,
     select,
     union_all,
@@ -133,6 +134,16 @@ class JobRecord:
 def _lost_per_turn() -> ColumnElement[int | None]:
     """One turn's lost tokens (NULL without an account)."""
     return Response.lost_tokens.expression
+
+
+def _lost_of(dialect: str, cause: str) -> ColumnElement[int]:
+    """One turn's tokens lost to ``cause`` (NULL when none were)."""
+    tokens: ColumnElement[Any]
+    if dialect == "postgresql":
+        tokens = Response.lost_by_cause.op("->>")(literal(cause))
+    else:
+        tokens = func.json_extract(Response.lost_by_cause, literal(f"$.{cause}"))
+    return cast(tokens, BigInteger)
 
 
 def _bucket(dialect: str, column: str, seconds: int) -> ColumnElement[int]:
@@ -252,26 +263,34 @@ class ConsoleRepository:
         return [UsageBucket(*(int(v) for v in row)) for row in rows]
 
     async def lost_series(
-        self, tenant_id: str, since: datetime, bucket_seconds: int
+        self, tenant_id: str, since: datetime, bucket_seconds: int, causes: Sequence[str]
     ) -> list[LostBucket]:
-        """Lost tokens per time bucket and cause, from the stored token accounts."""
-        if self.dialect == "postgresql":
-            lost = func.jsonb_each_text(Response.lost_by_cause).table_valued("key", "value")
-            tokens = func.sum(cast(lost.c.value, BigInteger))
-        else:
-            lost = func.json_each(Response.lost_by_cause).table_valued("key", "value")
-            tokens = func.sum(lost.c.value)
+        """Lost tokens per time bucket and cause, from each turn's ``lost_by_cause``.
+
+        One column per cause (the caller names them: the causes are the cache layer's) in
+        one pass over the tenant's rows; expanding each turn's document into rows
+        (``jsonb_each``) cost several times more on a tenant of 20,000 turns."""
+        if not causes:
+            return []
+        per_cause = [_sum(_lost_of(self.dialect, cause)) for cause in causes]
         start = _bucket(self.dialect, "responses.created_at", bucket_seconds).label("start")
         query = (
-            select(start, lost.c.key, tokens)
-            .select_from(Response)
-            .join(lost, literal_column("true"))
-            .where(Response.tenant_id == tenant_id, Response.created_at >= since)
-            .group_by(start, lost.c.key)
-            .order_by(start, lost.c.key)
+            select(start, *per_cause)
+            .where(
+                Response.tenant_id == tenant_id,
+                Response.created_at >= since,
+                Response.lost_tokens > 0,
+            )
+            .group_by(start)
+            .order_by(start)
         )
         rows = (await self.session.execute(query)).all()
-        return [LostBucket(int(row[0]), str(row[1]), int(row[2])) for row in rows]
+        return [
+            LostBucket(int(row[0]), cause, int(tokens))
+            for row in rows
+            for cause, tokens in zip(causes, row[1:], strict=True)
+            if tokens
+        ]
 
     # -- sessions -------------------------------------------------------------------------
 

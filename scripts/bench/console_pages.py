@@ -45,6 +45,7 @@ from tests.support.console import log_in
 from tests.support.console_seed import seed_chain, seed_conversations
 from tests.support.databases import create_pg_database, drop_pg_database
 from tests.support.processes import Process, process_env
+from tests.support.sql import execute
 from tests.support.tenants import create_admin_key, create_tenant
 from tests.upstream_sim import SimServer
 
@@ -102,6 +103,9 @@ def main() -> None:
         seed_conversations(db_url, tenant.id, args.conversations)
         chain = seed_chain(db_url, tenant.id, args.turns)
         seeded = time.perf_counter() - began
+        # Planner statistics, as autovacuum (PostgreSQL) or the server's own optimize
+        # would have them for a tenant this size; a table seeded a second ago has none.
+        execute(db_url, "ANALYZE")
         key = create_admin_key(db_url)
         with SimServer() as sim:
             server = Process.serve(process_env(db_url, sim.url, work / "data", http_workers=1))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from agentic_api.cache.accounting import Cause
 from agentic_api.services import Services
 from agentic_api.serving.admin.views import stats_view, tenant_view
 from agentic_api.storage.admin import AdminRepository, Window
@@ -94,6 +95,10 @@ class TenantOverview:
     series: TenantSeries
 
 
+# Every cause a token account may record lost tokens under, in the order charts list them.
+LOST_CAUSES = tuple(cause.value for cause in Cause)
+
+
 def _window(span: Span, now: datetime | None) -> tuple[datetime, int]:
     length, bucket = SPANS[span]
     # Buckets start on multiples of their length, so the window starts on one too.
@@ -106,7 +111,7 @@ async def _series(
 ) -> TenantSeries:
     since, bucket = _window(span, now)
     usage = await repo.usage_series(tenant_id, since, bucket)
-    lost = await repo.lost_series(tenant_id, since, bucket)
+    lost = await repo.lost_series(tenant_id, since, bucket, LOST_CAUSES)
     return TenantSeries(span, since, bucket, usage, lost)
 
 
