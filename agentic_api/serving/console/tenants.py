@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -9,7 +10,7 @@ from typing import Literal
 from agentic_api.cache.accounting import Cause
 from agentic_api.services import Services
 from agentic_api.serving.admin.views import stats_view, tenant_view
-from agentic_api.storage.admin import AdminRepository, Window
+from agentic_api.storage.admin import AdminRepository, UsageTotals, Window
 from agentic_api.storage.console import ConsoleRepository, LostBucket, UsageBucket
 from agentic_api.wire.admin import AdminTenant, CacheStats, hit_ratio
 from agentic_api.wire.limits import MAX_LIST_LIMIT
@@ -126,6 +127,16 @@ async def tenant_series(
         return await _series(repo, tenant_id, span, now)
 
 
+def _summed(rows: Sequence[UsageTotals]) -> UsageTotals:
+    return UsageTotals(
+        None,
+        sum(row.turns for row in rows),
+        sum(row.input_tokens for row in rows),
+        sum(row.cached_tokens for row in rows),
+        sum(row.output_tokens for row in rows),
+    )
+
+
 async def tenant_overview(
     services: Services, tenant_id: str, span: Span, *, now: datetime | None = None
 ) -> TenantOverview | None:
@@ -135,7 +146,12 @@ async def tenant_overview(
         if tenant is None:
             return None
         by_model = await admin.usage_by_model(tenant_id, Window(), after=None, limit=MAX_LIST_LIMIT)
-        total = await admin.usage_total(tenant_id, Window())
+        # Every model listed: the total is their sum, without scanning the turns again.
+        total = (
+            _summed(by_model)
+            if len(by_model) <= MAX_LIST_LIMIT
+            else await admin.usage_total(tenant_id, Window())
+        )
         series = await _series(ConsoleRepository(session), tenant_id, span, now)
     return TenantOverview(
         tenant=tenant_view(tenant),
