@@ -196,27 +196,27 @@ async def test_insert_waits_for_the_write_lock_then_gives_up_as_busy(
     assert await db.turns.checkpoint(tenant, "resp_a") is not None
 
 
-async def test_sqlite_checkpoints_run_on_their_own_thread_every_so_many_commits(
+async def test_sqlite_wal_folds_run_on_their_own_thread_every_so_many_commits(
     sqlite_database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentic_api.storage.turn_store import sqlite as sqlite_turn_store
 
-    monkeypatch.setattr(sqlite_turn_store, "CHECKPOINT_EVERY_COMMITS", 3)
+    monkeypatch.setattr(sqlite_turn_store, "FOLD_WAL_EVERY_COMMITS", 3)
     threads: list[str] = []
-    real = sqlite_turn_store._checkpoint
+    real = sqlite_turn_store._fold_wal
 
     def spy(database: str) -> None:
         threads.append(threading.current_thread().name)
         real(database)
 
-    monkeypatch.setattr(sqlite_turn_store, "_checkpoint", spy)
+    monkeypatch.setattr(sqlite_turn_store, "_fold_wal", spy)
     tenant = await new_tenant(sqlite_database)
     for index in range(7):
         await sqlite_database.turns.insert(sample_row(f"resp_{index}", tenant), ITEMS, EVENTS)
-        await asyncio.sleep(0.05)  # lets a checkpoint finish before the next is due
+        await asyncio.sleep(0.05)  # lets a fold finish before the next is due
     assert len(threads) == 2
-    assert all(name.startswith("sqlite-checkpoint") for name in threads)
-    # ... and never inside a commit: the writer's connection does not checkpoint.
+    assert all(name.startswith("sqlite-wal-fold") for name in threads)
+    # ... and never inside a commit: the writer's connection does not fold the WAL.
     store = sqlite_database.turns
     assert isinstance(store, SqliteTurnStore)
 

@@ -15,7 +15,7 @@ scheduled before the loop can go on.
   thread. Only for the short, bounded reads on a turn's critical path. It must never
   block the loop, so its connections are read only (``PRAGMA query_only``: a write can
   wait for another process's write lock, fsync the WAL header when the log restarts,
-  or run a checkpoint; on a slow disk any of these would stall every request in
+  or fold the WAL back into the file; on a slow disk any of these would stall every request in
   flight) and have no busy timeout: a ``SQLITE_BUSY`` (rare for a reader in WAL mode)
   is retried after an ``asyncio.sleep``, with backoff, up to the same overall wait as
   the other driver's busy timeout.

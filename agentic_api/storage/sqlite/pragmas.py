@@ -10,11 +10,11 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 
 
 def connection_pragmas(
-    *, busy_timeout_ms: int, read_only: bool = False, checkpoints: bool = True
+    *, busy_timeout_ms: int, read_only: bool = False, folds_wal: bool = True
 ) -> list[str]:
     """``read_only``: the connection refuses writes (``query_only``), for connections whose
     statements run on the event loop's thread, which must never wait on an fsync.
-    ``checkpoints=False``: this connection's commits never checkpoint the WAL (someone
+    ``folds_wal=False``: this connection's commits never fold the WAL back into the file (someone
     else does, off the critical path)."""
     pragmas = [
         "PRAGMA journal_mode=WAL",
@@ -24,6 +24,6 @@ def connection_pragmas(
     ]
     if read_only:
         pragmas.append("PRAGMA query_only=ON")
-    if not checkpoints:
+    if not folds_wal:
         pragmas.append("PRAGMA wal_autocheckpoint=0")
     return pragmas

@@ -10,14 +10,16 @@ write, and the other way round.
   ``asyncio.sleep``, never by blocking.
 - The insert runs on this store's own writer thread, on its own connection, in one
   ``BEGIN IMMEDIATE`` transaction: a commit may fsync (SQLite syncs the WAL header when
-  the log restarts after a checkpoint), which on a slow disk would stall every request
+  the log restarts after a fold), which on a slow disk would stall every request
   in flight if it ran on the loop; there it may also simply wait for a write lock held
   by another process (busy timeout). Turns of one process commit one after another
   anyway: SQLite has one writer at a time.
-- WAL checkpoints (copying the log back into the database file, then syncing it) run on
-  a third thread, every ``CHECKPOINT_EVERY_COMMITS`` commits, in PASSIVE mode: a
-  checkpoint of a 1000-page log took tens of ms, which, left to SQLite's automatic
-  checkpoint inside a commit, made that turn and those queued behind it wait.
+- Folding the WAL back into the database file (what SQLite calls a WAL checkpoint:
+  copying the log's pages into the file, then syncing it; "checkpoint" in this project
+  otherwise means a stored turn a continuation reads) runs on a third thread, every
+  ``FOLD_WAL_EVERY_COMMITS`` commits, in PASSIVE mode: folding a 1000-page log took tens
+  of ms, which, left to SQLite's automatic fold inside a commit, made that turn and those
+  queued behind it wait.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from agentic_api.storage.timing import timed_transaction
 from agentic_api.storage.turn_rows import NewItem
 from agentic_api.storage.turn_store.statements import TurnInsert, TurnStatements
 
-CHECKPOINT_EVERY_COMMITS = 100
+FOLD_WAL_EVERY_COMMITS = 100
 
 
 class SqliteTurnStore:
@@ -48,9 +50,9 @@ class SqliteTurnStore:
         self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-turn-writer")
         self._writer: sqlite3.Connection | None = None
         self._closed = False
-        self._checkpoint_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-checkpoint")
+        self._fold_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-wal-fold")
         self._commits = 0
-        self._checkpointing = False
+        self._folding = False
 
     async def checkpoint(self, tenant_id: str, response_id: str) -> Response | None:
         read = self._statements.checkpoint(tenant_id, response_id)
@@ -76,21 +78,21 @@ class SqliteTurnStore:
 
     def _after_commit(self) -> None:
         self._commits += 1
-        if self._commits < CHECKPOINT_EVERY_COMMITS or self._checkpointing or self._closed:
+        if self._commits < FOLD_WAL_EVERY_COMMITS or self._folding or self._closed:
             return
         self._commits = 0
-        self._checkpointing = True
-        done = self._checkpoint_thread.submit(_checkpoint, self._database)
-        done.add_done_callback(self._checkpoint_done)
+        self._folding = True
+        done = self._fold_thread.submit(_fold_wal, self._database)
+        done.add_done_callback(self._fold_done)
 
-    def _checkpoint_done(self, _done: object) -> None:
-        self._checkpointing = False
+    def _fold_done(self, _done: object) -> None:
+        self._folding = False
 
     def _write(self, turn: TurnInsert) -> None:
         """On the writer thread: one transaction, committed or rolled back."""
         if self._writer is None:
             self._writer = _connect(
-                self._database, busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS, checkpoints=False
+                self._database, busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS, folds_wal=False
             )
         connection = self._writer
         cursor = connection.cursor()
@@ -121,7 +123,7 @@ class SqliteTurnStore:
             self._closed = True
             self._writer_thread.submit(self._close_writer).result()
             self._writer_thread.shutdown()
-            self._checkpoint_thread.shutdown()
+            self._fold_thread.shutdown()
 
     def _close_writer(self) -> None:
         if self._writer is not None:
@@ -129,10 +131,10 @@ class SqliteTurnStore:
             self._writer = None
 
 
-def _checkpoint(database: str) -> None:
-    """On the checkpoint thread: copies what it can of the WAL into the database without
+def _fold_wal(database: str) -> None:
+    """On the fold thread: copies what it can of the WAL into the database without
     waiting for readers or writers (PASSIVE); a busy database is left to the next one."""
-    connection = _connect(database, busy_timeout_ms=0, checkpoints=False)
+    connection = _connect(database, busy_timeout_ms=0, folds_wal=False)
     try:
         connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     except sqlite3.OperationalError:
@@ -142,9 +144,9 @@ def _checkpoint(database: str) -> None:
 
 
 def _connect(
-    database: str, *, busy_timeout_ms: int, read_only: bool = False, checkpoints: bool = True
+    database: str, *, busy_timeout_ms: int, read_only: bool = False, folds_wal: bool = True
 ) -> sqlite3.Connection:
-    """``checkpoints=False``: this connection's commits never checkpoint the WAL."""
+    """``folds_wal=False``: this connection's commits never fold the WAL into the file."""
     # Autocommit mode: transactions are begun and ended by the statements above.
     connection = sqlite3.connect(
         database,
@@ -153,7 +155,7 @@ def _connect(
         check_same_thread=False,
     )
     pragmas = connection_pragmas(
-        busy_timeout_ms=busy_timeout_ms, read_only=read_only, checkpoints=checkpoints
+        busy_timeout_ms=busy_timeout_ms, read_only=read_only, folds_wal=folds_wal
     )
     for pragma in pragmas:
         connection.execute(pragma)
