@@ -32,7 +32,11 @@ FINAL: dict[str, Any] = {
     "model": MODEL,
     "status": "completed",
     "output": [{"type": "message", "role": "assistant", "content": []}],
-    "usage": {"input_tokens": 922, "output_tokens": 8, "input_tokens_details": {"cached_tokens": 832}},
+    "usage": {
+        "input_tokens": 922,
+        "output_tokens": 8,
+        "input_tokens_details": {"cached_tokens": 832},
+    },
 }
 LOST = {"partial_block": 30}
 SCOPE: dict[str, Any] = {
