@@ -152,7 +152,8 @@ class Phoenix:
 
 def _prepared_venv() -> Path:
     """Phoenix's virtualenv, installed by the setup script when missing (cached after)."""
-    done = subprocess.run([str(SETUP)], check=True, capture_output=True, text=True)
+    done = subprocess.run([str(SETUP)], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, f"{SETUP} failed:\n{done.stdout}\n{done.stderr}"
     line = done.stdout.strip().splitlines()[-1]
     assert line.startswith("AGENTIC_PHOENIX_VENV="), done.stdout
     return Path(line.partition("=")[2])
