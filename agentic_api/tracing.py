@@ -4,10 +4,12 @@
 on: spans go over OTLP/HTTP protobuf through the official SDK and exporter, which read the
 rest of ``OTEL_*`` themselves (headers, timeouts, ``OTEL_SERVICE_NAME``, resource
 attributes). With neither set no tracer provider exists, ``span`` hands back one shared
-do-nothing context and no header is touched: a turn pays a few attribute reads.
+do-nothing context and no header is touched: a turn pays a few attribute reads (about
+4 µs, docs/benchmarks/tracing).
 
-One trace per turn: a server span (``ServerSpans``, from the client's ``traceparent`` when it
-sends one; a background job's own span when it runs), with child spans for each phase
+One trace per turn: a server span (``ServerSpans`` for an HTTP POST, ``socket_turn`` for each
+WebSocket ``response.create``; from the client's ``traceparent`` when it sends one; a
+background job's own span when it runs), with child spans for each phase
 (rehydration, render, every upstream round, every MCP tool call, the commit, the queue
 wait). Upstream rounds carry ``traceparent`` out, so a vLLM with tracing on joins the trace.
 Attributes follow the GenAI semantic conventions (``gen_ai.*``) plus our own (``agentic.*``).
@@ -21,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -30,7 +32,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Tracer
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.util.types import AttributeValue
 
 CAPTURE_CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -40,6 +42,9 @@ SERVICE_NAME = "agentic-api"
 TURN_PATHS = frozenset(
     {"/v1/responses", "/v1/responses/compact", "/v1/responses/input_tokens", "/v1/messages"}
 )
+
+# A WebSocket turn's server span (no HTTP method: one connection carries many turns).
+SOCKET_TURN_SPAN = "response.create /v1/responses"
 
 # The gateway replica (its host), as the background workers name theirs.
 _REPLICA = socket.gethostname()
@@ -258,11 +263,7 @@ class ServerSpans:
         ):
             await self.app(scope, receive, send)
             return
-        carrier = {
-            name.decode("latin-1"): value.decode("latin-1")
-            for name, value in scope["headers"]
-            if name in (b"traceparent", b"tracestate")
-        }
+        carrier = client_carrier(scope["headers"])
         path = scope["path"]
         with tracer.start_as_current_span(
             f"POST {path}",
@@ -277,6 +278,52 @@ class ServerSpans:
                 await send(message)
 
             await self.app(scope, receive, send_noting_status)
+
+
+def client_carrier(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The W3C trace context a client sent in ``headers`` (an ASGI scope's); empty with
+    tracing off, so that a connection keeps nothing of it."""
+    if _state.tracer is None:
+        return {}
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in headers
+        if name in (b"traceparent", b"tracestate")
+    }
+
+
+@contextlib.contextmanager
+def socket_turn(carrier: Mapping[str, str]) -> Iterator[Span]:
+    """The SERVER span of one WebSocket ``response.create``: what ``ServerSpans`` is to an
+    HTTP turn, under the ``traceparent`` of the connection's handshake when it sent one
+    (a frame carries no headers). A refusal sets the span's status and ``error.type`` to
+    the error's code, never its message (it may quote the request)."""
+    tracer = _state.tracer
+    if tracer is None:
+        yield INVALID_SPAN
+        return
+    with tracer.start_as_current_span(
+        SOCKET_TURN_SPAN,
+        context=propagate.extract(carrier),
+        kind=SpanKind.SERVER,
+        attributes={"http.route": "/v1/responses", "network.protocol.name": "websocket"},
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as server:
+        try:
+            yield server
+        except BaseException as exc:
+            # An API error's code and status (the error frame's), else the exception's class.
+            server.set_attributes(
+                _clean(
+                    {
+                        "error.type": getattr(exc, "code", None) or type(exc).__name__,
+                        "http.response.status_code": getattr(exc, "status_code", None),
+                    }
+                )
+            )
+            server.set_status(Status(StatusCode.ERROR))
+            raise
 
 
 def _clean(attributes: Mapping[str, Any]) -> dict[str, AttributeValue]:

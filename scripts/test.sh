@@ -43,6 +43,14 @@ if [[ "${AGENTIC_REAL_VLLM:-0}" == "1" || "${CI:-}" == "true" ]]; then
   .venv/bin/python -m pytest -m real_vllm tests/real_vllm -rs
 fi
 
+# The real-tracing tier (tests/real_tracing: Arize Phoenix as a real OTLP receiver, our
+# server exporting to it; spans read back through Phoenix's API). About 35 s once
+# scripts/tracing/setup_phoenix.sh has its venv, which it installs the first time (install
+# and tier from nothing: 232 s at load average 22-26 on the 2-core machine). Single-process: every worker would start a Phoenix of its own.
+if [[ "${AGENTIC_REAL_TRACING:-0}" == "1" || "${CI:-}" == "true" ]]; then
+  .venv/bin/python -m pytest -m real_tracing tests/real_tracing -q
+fi
+
 # The scale-out tier (tests/scale_out: three gateway replicas over one PostgreSQL of its
 # own behind HAProxy, two CPU vLLMs behind vllm-router, a gateway SIGKILL and a PostgreSQL
 # restart mid-load): about 10 minutes on this project's 2-core machine, too long for CI,

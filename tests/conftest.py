@@ -40,7 +40,7 @@ _BACKEND_NAMES = {"sqlite": ("sqlite",), "postgres": ("postgres",), "all": BACKE
 _BACKEND_NAMES["postgresql"] = _BACKEND_NAMES["postgres"]
 # Fixtures that only one backend can provide: their tests run only when it is selected.
 _ONE_BACKEND_FIXTURES = {"pg_url": "postgres"}
-_ON_REQUEST_MARKERS = ("real_vllm", "fuzz", "scale_out")
+_ON_REQUEST_MARKERS = ("real_vllm", "real_tracing", "fuzz", "scale_out")
 TEST_SECRET = "test-server-secret-0123456789abcdef"
 
 

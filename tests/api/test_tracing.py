@@ -4,6 +4,7 @@ turn under the client's ``traceparent``, the phases as child spans, the GenAI at
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -15,13 +16,15 @@ from openai.types.responses import Response
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
+from websockets.sync.client import connect
 
 from agentic_api import tracing
-from tests.conftest import app_server
+from tests.conftest import RunningServer, app_server
 from tests.support.mcp_server import McpTestServer, start_mcp_server
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.support.typed import cached_tokens, usage_of
+from tests.support.websocket import until_terminal, ws_url
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -248,3 +251,105 @@ def test_each_mcp_call_is_a_span_without_its_credentials(
     text = every_value(found)
     assert SECRET not in text and keys.api_key not in text
     assert "add 2 and 3" not in text
+
+
+def test_each_websocket_response_create_is_a_server_span_like_an_http_turn(
+    spans: InMemorySpanExporter, server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    model = sim.config.model
+    sim.push(Reply("first over the socket"), Reply("second over the socket"))
+    with connect(
+        ws_url(server),
+        additional_headers={
+            "authorization": f"Bearer {tenant.api_key}",
+            "traceparent": TRACEPARENT,
+        },
+        open_timeout=10,
+    ) as socket:
+        socket.send(json.dumps({"type": "response.create", "model": model, "input": "story " * 40}))
+        first = until_terminal(socket)[-1]["response"]
+        socket.send(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": model,
+                    "input": "more",
+                    "previous_response_id": first["id"],
+                }
+            )
+        )
+        second = Response.model_validate(until_terminal(socket)[-1]["response"])
+        # A refused turn is a span too, failed with the error frame's code and status.
+        socket.send(
+            json.dumps(
+                {
+                    "type": "response.create",
+                    "model": model,
+                    "input": "x",
+                    "previous_response_id": "resp_gone",
+                }
+            )
+        )
+        refusal = json.loads(socket.recv(timeout=20))
+    assert refusal["type"] == "error"
+    found = finished(spans, tracing.SOCKET_TURN_SPAN, count=3)
+
+    turns = sorted(named(found, tracing.SOCKET_TURN_SPAN), key=lambda s: s.start_time or 0)
+    assert len(turns) == 3
+    # Every turn is its own span under the handshake's traceparent.
+    for turn_span in turns:
+        assert turn_span.kind is SpanKind.SERVER
+        assert turn_span.parent is not None and turn_span.parent.span_id == int(CLIENT_SPAN, 16)
+        assert turn_span.context.trace_id == int(CLIENT_TRACE, 16)
+        assert attributes(turn_span)["http.route"] == "/v1/responses"
+    served, continued, refused = turns
+    assert attributes(served)["gen_ai.response.id"] == first["id"]
+    assert children(found, continued) == ["chat " + model, "commit", "rehydrate", "render"]
+    usage = usage_of(second)
+    turn = attributes(continued)
+    assert turn["gen_ai.operation.name"] == "chat"
+    assert turn["gen_ai.provider.name"] == "vllm"
+    assert turn["gen_ai.request.model"] == model
+    assert turn["gen_ai.response.id"] == second.id
+    assert turn["gen_ai.usage.input_tokens"] == usage.input_tokens
+    assert turn["gen_ai.usage.output_tokens"] == usage.output_tokens
+    assert turn["gen_ai.usage.cache_read.input_tokens"] == cached_tokens(second) > 0
+    assert turn["gen_ai.response.finish_reasons"] == ("stop",)
+    assert turn["agentic.session.id"]
+    assert turn["agentic.token_account.status"] == "exact"
+    assert turn["agentic.token_account.measured"] == cached_tokens(second)
+    assert continued.status.status_code is StatusCode.UNSET
+    assert attributes(refused)["error.type"] == "previous_response_not_found"
+    assert attributes(refused)["http.response.status_code"] == 404
+    assert refused.status.status_code is StatusCode.ERROR
+    (round_,) = [
+        s
+        for s in named(found, "chat " + model)
+        if s.parent and s.parent.span_id == continued.context.span_id
+    ]
+    sent = sim.requests("/v1/responses")[-1].headers["traceparent"]
+    assert sent == f"00-{CLIENT_TRACE}-{round_.context.span_id:016x}-01"
+    text = every_value(found)
+    assert "story" not in text and "second over the socket" not in text
+    assert tenant.api_key not in text
+
+
+def test_with_tracing_off_a_websocket_turn_sends_no_traceparent(
+    spans: InMemorySpanExporter, server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    tracing.uninstall()
+    sim.push(Reply("untraced"))
+    with connect(
+        ws_url(server),
+        additional_headers={
+            "authorization": f"Bearer {tenant.api_key}",
+            "traceparent": TRACEPARENT,
+        },
+        open_timeout=10,
+    ) as socket:
+        socket.send(
+            json.dumps({"type": "response.create", "model": sim.config.model, "input": "hi"})
+        )
+        assert until_terminal(socket)[-1]["type"] == "response.completed"
+    assert spans.get_finished_spans() == ()
+    assert "traceparent" not in sim.requests("/v1/responses")[-1].headers

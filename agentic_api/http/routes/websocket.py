@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
+from agentic_api import tracing
 from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge, Unauthorized
 from agentic_api.http.auth import authenticate, credential_header, services_of
 from agentic_api.http.json_response import JsonResponse
@@ -56,6 +57,8 @@ class Session:
     services: Services
     # The handshake's Authorization header, authenticated again for every request.
     authorization: str | None = field(repr=False)
+    # The handshake's W3C trace context: each turn's span is its child (empty, untraced).
+    trace_carrier: dict[str, str] = field(default_factory=dict)
     local: ConnectionHistories = field(default_factory=ConnectionHistories)
     lanes: dict[str, Lane] = field(default_factory=dict)
     send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -94,7 +97,12 @@ async def responses_socket(websocket: WebSocket) -> None:
         await websocket.send_denial_response(JsonResponse(exc.body(), status_code=exc.status_code))
         return
     await websocket.accept()
-    session = Session(websocket, services, authorization)
+    session = Session(
+        websocket,
+        services,
+        authorization,
+        trace_carrier=tracing.client_carrier(websocket.scope["headers"]),
+    )
     lifetime = services.settings.ws_max_connection_seconds
     deadline = time.monotonic() + lifetime
     try:
@@ -183,7 +191,9 @@ async def _lane_worker(session: Session, lane_key: str, lane: Lane) -> None:
         frame = await lane.queue.get()
         stream_id = frame.get("stream_id")
         try:
-            await _serve_create(session, lane_key, frame, stream_id)
+            # One server span per response.create, as ServerSpans gives each HTTP turn.
+            with tracing.socket_turn(session.trace_carrier):
+                await _serve_create(session, lane_key, frame, stream_id)
         except CredentialsRefused as refused:
             await session.send_error(refused.error, stream_id)
             await session.close(CLOSE_CREDENTIALS_REFUSED, "credentials no longer accepted")

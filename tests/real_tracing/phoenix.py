@@ -1,0 +1,159 @@
+"""Arize Phoenix as a subprocess: the OTLP receiver a user would run, started from its own
+cached virtualenv (``scripts/tracing/setup_phoenix.sh``), and its REST API to read back
+the spans it stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.servers import free_port
+
+SETUP = Path(__file__).resolve().parents[2] / "scripts" / "tracing" / "setup_phoenix.sh"
+# Phoenix migrates its SQLite database and builds its app before it listens: about 30 s at
+# load average 5 on this project's 2-core machine. Only a bound on failure.
+START_TIMEOUT_SECONDS = 240.0
+
+
+@dataclass(frozen=True)
+class StoredSpan:
+    """A span as Phoenix stored it (its ``/v1/projects/{project}/spans`` shape)."""
+
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str | None
+    # Phoenix's OpenInference kind, which it infers from gen_ai.operation.name.
+    span_kind: str
+    status_code: str
+    attributes: dict[str, Any]
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> StoredSpan:
+        return cls(
+            name=row["name"],
+            trace_id=row["context"]["trace_id"],
+            span_id=row["context"]["span_id"],
+            parent_id=row["parent_id"],
+            span_kind=row["span_kind"],
+            status_code=row["status_code"],
+            attributes=row["attributes"],
+        )
+
+
+class Phoenix:
+    """``phoenix serve`` on free loopback ports, its data in ``folder``."""
+
+    def __init__(self, folder: Path) -> None:
+        venv = _prepared_venv()
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {
+            **os.environ,
+            "PHOENIX_HOST": "127.0.0.1",
+            "PHOENIX_PORT": str(self.port),
+            "PHOENIX_GRPC_PORT": str(free_port()),
+            "PHOENIX_WORKING_DIR": str(folder),
+            # Nothing leaves the machine (the sandbox has no network besides registries).
+            "PHOENIX_TELEMETRY_ENABLED": "false",
+        }
+        self.log = folder / "phoenix.log"
+        with self.log.open("wb") as sink:
+            self.popen = subprocess.Popen(
+                [str(venv / "bin" / "phoenix"), "serve"],
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.http = httpx.Client(base_url=self.url, timeout=10)
+
+    def wait_up(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise AssertionError(f"Phoenix exited during start-up:\n{self.output()}")
+            try:
+                if self.http.get("/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"Phoenix did not come up:\n{self.output()}")
+
+    @property
+    def traces_endpoint(self) -> str:
+        """Where OTLP/HTTP goes (the SDK appends ``/v1/traces`` to a base endpoint)."""
+        return self.url
+
+    def spans(self, project: str, **filters: str | list[str]) -> list[StoredSpan]:
+        """The project's stored spans matching Phoenix's own filters (trace_id, name,
+        attribute ``key:json-value``), oldest first."""
+        reply = self.http.get(
+            f"/v1/projects/{project}/spans",
+            params={**filters, "limit": 1000, "sort": "start_time", "order": "asc"},
+        )
+        if reply.status_code == 404:  # the project appears with its first span
+            return []
+        reply.raise_for_status()
+        return [StoredSpan.of(row) for row in reply.json()["data"]]
+
+    def trace_of_response(self, project: str, response_id: str) -> str:
+        """The trace whose server span names ``response_id``, found by Phoenix's attribute
+        filter (the way an operator looks a turn up)."""
+        found = self.wait_for(
+            lambda: self.spans(project, attribute=f"gen_ai.response.id:{json.dumps(response_id)}"),
+            lambda spans: len(spans) > 0,
+        )
+        return found[0].trace_id
+
+    def trace(self, project: str, trace_id: str, count: int) -> list[StoredSpan]:
+        """The trace's spans, once Phoenix stored ``count`` of them."""
+        return self.wait_for(
+            lambda: self.spans(project, trace_id=trace_id), lambda spans: len(spans) >= count
+        )
+
+    def wait_for(
+        self,
+        read: Callable[[], list[StoredSpan]],
+        done: Callable[[list[StoredSpan]], bool],
+        timeout: float = 60.0,
+    ) -> list[StoredSpan]:
+        # The server's batch processor exports within its schedule delay; Phoenix then
+        # queues and inserts: poll, bounded.
+        deadline = time.monotonic() + timeout
+        while True:
+            found = read()
+            if done(found) or time.monotonic() > deadline:
+                return found
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.http.close()
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=10)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _prepared_venv() -> Path:
+    """Phoenix's virtualenv, installed by the setup script when missing (cached after)."""
+    done = subprocess.run([str(SETUP)], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, f"{SETUP} failed:\n{done.stdout}\n{done.stderr}"
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("AGENTIC_PHOENIX_VENV="), done.stdout
+    return Path(line.partition("=")[2])
