@@ -146,7 +146,9 @@ FIELDS: dict[str, FieldPolicy] = {
     "context_management": FieldPolicy(
         "ours",
         "[{type: 'compaction', compact_threshold: N}] (N >= 1000): a turn whose input passes "
-        "N tokens is compacted first, then answered on the compacted window",
+        "N tokens is compacted first, then answered on the compacted window (the Agents SDK "
+        "sets it in ModelSettings; Codex 0.169 cannot send it and compacts with "
+        "compaction_trigger instead)",
         _context_management,
     ),
     "conversation": FieldPolicy("ours", "conversations stored and continued here"),
