@@ -89,6 +89,16 @@ def from_status(status: int, body: bytes) -> ApiError:
             param="model",
             code="model_not_found",
         )
+    if status == 400 and message is not None and _is_context_overflow(message):
+        # OpenAI's code for a prompt past the model's window, which clients (the Agents
+        # SDK, Codex) branch on; vLLM says it only in words.
+        return ApiError(
+            message,
+            status_code=400,
+            error_type="invalid_request_error",
+            param="input",
+            code="context_length_exceeded",
+        )
     if 400 <= status < 500:
         return ApiError(
             message or f"The model server rejected the request (HTTP {status}).",
@@ -102,6 +112,17 @@ def from_status(status: int, body: bytes) -> ApiError:
         status_code=502,
         code="upstream_error",
     )
+
+
+# vLLM's wordings for a prompt longer than --max-model-len: Chat and Messages ("This
+# model's maximum context length is N tokens…") and Responses ("The engine prompt length N
+# exceeds the max_model_len M…").
+_CONTEXT_OVERFLOW = ("maximum context length", "exceeds the max_model_len")
+
+
+def _is_context_overflow(message: str) -> bool:
+    lowered = message.lower()
+    return any(wording in lowered for wording in _CONTEXT_OVERFLOW)
 
 
 def _describe(body: bytes) -> tuple[str | None, str | None, Any]:
