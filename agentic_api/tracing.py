@@ -144,7 +144,9 @@ def queue_wait(enqueued_at_ns: int) -> None:
 
 
 def record_request(target: Span, model: str, conversation_id: str | None) -> None:
-    """The GenAI attributes known before the model runs."""
+    """The GenAI attributes known before the model runs. ``conversation_id``: the
+    conversation, or for a ``previous_response_id`` chain its session (the thread the
+    semantic conventions mean, which tools such as Phoenix group turns by)."""
     if not target.is_recording():
         return
     target.set_attributes(

@@ -69,7 +69,9 @@ async def run_begun(run: TurnInProgress) -> dict[str, Any]:
     # The turn's attributes go on the span it runs under: its request's server span, or
     # its background job's.
     traced = tracing.current()
-    tracing.record_request(traced, turn.request.model, turn.request.conversation_id)
+    tracing.record_request(
+        traced, turn.request.model, turn.request.conversation_id or turn.lineage.session_id
+    )
     tracing.record_turn(traced, session_id=turn.lineage.session_id)
     residency = run.services.residency
     if residency is not None:

@@ -119,6 +119,8 @@ def test_a_continuation_is_one_trace_under_the_clients_traceparent(
     assert turn["gen_ai.response.finish_reasons"] == ("stop",)
     assert turn["http.response.status_code"] == 200
     assert turn["agentic.session.id"]
+    # A chain's thread is its session (a conversation's is the conversation).
+    assert turn["gen_ai.conversation.id"] == turn["agentic.session.id"]
     assert turn["agentic.replica"]
     # The continuation's token account: what vLLM should have served, and what it did.
     assert turn["agentic.token_account.status"] == "exact"

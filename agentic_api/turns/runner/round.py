@@ -43,7 +43,9 @@ async def upstream_round(
     (see the module)."""
     model = run.turn.request.model
     with tracing.span(f"chat {model}", kind=SpanKind.CLIENT) as traced:
-        tracing.record_request(traced, model, run.turn.request.conversation_id)
+        tracing.record_request(
+            traced, model, run.turn.request.conversation_id or run.turn.lineage.session_id
+        )
         tracing.record_input(traced, body)
         failure = await _round(run, body, on_event, tracing.with_traceparent(run.turn.headers))
         tracing.record_response(traced, run.relay.upstream_final)
