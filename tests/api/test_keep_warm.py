@@ -307,8 +307,7 @@ def test_no_rewarm_while_the_replica_is_under_pressure(
         kv_sim.state.load = (2.0, 0.3)  # two requests waiting for the scheduler
         evict(server, kv_sim)
         eventually(
-            lambda: metric("agentic_keep_warm_skipped_total", reason="pressure")
-            > pressure_before,
+            lambda: metric("agentic_keep_warm_skipped_total", reason="pressure") > pressure_before,
             "a skip for pressure",
         )
         time.sleep(0.3)
