@@ -269,6 +269,13 @@ class Settings(BaseSettings):
         "through the prewarm path (same routing coordinates as its next turn), within the "
         "keep_warm_* bounds. Needs kv_events_endpoints.",
     )
+    keep_warm_pause_on: Literal["function_call", "tools_offered"] = Field(
+        "function_call",
+        description="What pauses a session for keep-warm: a turn whose last output is a "
+        "function call (the agent is running it), or any completed turn that offered tools "
+        "(tool_choice not 'none': the signal vllm-router's expected_resume gets; for agents "
+        "whose model answers a tool step in text, as the tiny benchmark model does).",
+    )
     keep_warm_ttl_seconds: float = Field(
         600.0,
         gt=0,

@@ -46,6 +46,7 @@ RECORDS_KEPT = 16
 
 Outcome = Literal["running", "done", "paid_off", "wasted", "cancelled", "failed"]
 SkipReason = Literal["tenant_budget", "budget", "pressure", "ttl"]
+PauseOn = Literal["function_call", "tools_offered"]
 
 
 class Cancellable(Protocol):
@@ -141,6 +142,7 @@ class KeepWarm:
         ttl_seconds: float,
         tokens_per_minute: int,
         tenant_tokens_per_minute: int,
+        pause_on: PauseOn = "function_call",
         max_sessions: int = 10_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -148,6 +150,7 @@ class KeepWarm:
         self.ttl_seconds = ttl_seconds
         self.tokens_per_minute = tokens_per_minute
         self.tenant_tokens_per_minute = tenant_tokens_per_minute
+        self.pause_on = pause_on
         self.max_sessions = max_sessions
         self._clock = clock
         self._paused: OrderedDict[str, Pause] = OrderedDict()
@@ -188,7 +191,7 @@ class KeepWarm:
         for rewarm in self._records.get(session_id, ()):
             if rewarm.outcome == "done":
                 self._settle(rewarm, cached if isinstance(cached, int) else 0)
-        if not _pauses(request, final):
+        if not _pauses(request, final, self.pause_on):
             return
         pause = Pause(
             session_id=session_id,
@@ -350,13 +353,17 @@ class KeepWarm:
         return None
 
 
-def _pauses(request: CreateResponseRequest, final: dict[str, Any]) -> bool:
+def _pauses(request: CreateResponseRequest, final: dict[str, Any], pause_on: PauseOn) -> bool:
     """Whether the turn left its agent running a tool it will answer: a completed, stored
-    turn whose last output is a function call (MCP approvals are the gateway's own tool
-    loop, whose prompt a prewarm cannot reproduce; ``turns/prewarm.py``)."""
+    turn whose last output is a function call (or, with ``tools_offered``, that offered
+    tools). MCP tools are left out: the gateway's own tool loop changes that prompt, which
+    a prewarm cannot reproduce (``turns/prewarm.py``)."""
     if final.get("status") != "completed" or not request.store or request.prewarms:
         return False
-    if any(tool.get("type") == "mcp" for tool in request.tools or ()):
+    tools = request.tools or ()
+    if any(tool.get("type") == "mcp" for tool in tools):
         return False
+    if pause_on == "tools_offered":
+        return bool(tools) and request.tool_choice != "none"
     output = final.get("output") or []
     return bool(output) and output[-1].get("type") == "function_call"

@@ -341,3 +341,36 @@ def test_a_rewarm_in_flight_is_cancelled_when_the_agent_comes_back(
         (record,) = first["rewarms"]
         assert record["outcome"] == "cancelled" and record["spent_tokens"] == 0
     assert metric("agentic_keep_warm_rewarms_total", outcome="cancelled") == cancelled_before + 1
+
+
+@pytest.mark.parametrize(
+    ("pause_on", "rewarmed"), [("function_call", False), ("tools_offered", True)]
+)
+def test_a_text_answer_pauses_only_when_offering_tools_is_the_rule(
+    pause_on: str,
+    rewarmed: bool,
+    backend: str,
+    fresh_db: str,
+    kv_sim: SimServer,
+    replica: str,
+    tmp_path: Path,
+) -> None:
+    with (
+        keep_warm_server(
+            backend, fresh_db, kv_sim, replica, tmp_path, keep_warm_pause_on=pause_on
+        ) as server,
+        admin_client(server) as admin,
+    ):
+        client = server.client(create_tenant(server.db_url), timeout=20)
+        kv_sim.push(Reply("I will look that up."))
+        answered = client.responses.create(model="sim-model", input=words("task", 120), tools=TOOLS)
+        session_id = kv_sim.last("/v1/responses").json["session_id"]
+        eventually(lambda: resident(admin, answered.id, replica) > 0, "the prefix resident")
+        time.sleep(0.3)
+        evict(server, kv_sim)
+        if rewarmed:
+            eventually(lambda: bool(rewarms(kv_sim, session_id)), "a re-warm")
+        else:
+            eventually(lambda: resident(admin, answered.id, replica) == 0, "the prefix evicted")
+            time.sleep(0.3)
+            assert rewarms(kv_sim, session_id) == []
