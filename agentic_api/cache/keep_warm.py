@@ -39,6 +39,7 @@ from typing import Any, Literal, Protocol
 from agentic_api import metrics
 from agentic_api.cache.residency.tracker import ResidencyTracker
 from agentic_api.wire.requests import CreateResponseRequest
+from agentic_api.wire.status import CONTINUABLE_STATUSES
 
 WINDOW_SECONDS = 60.0
 # Re-warm records kept per session (the admin timeline shows them).
@@ -290,6 +291,11 @@ class KeepWarm:
     def started(self, due: Due, task: Cancellable | None, *, pressure_checked: bool) -> Rewarm:
         now = self.now()
         pause = due.pause
+        earlier = pause.rewarm
+        if earlier is not None and earlier.outcome == "done":
+            # Its blocks went again before the agent came back: that one did not pay off.
+            earlier.outcome = "wasted"
+            metrics.KEEP_WARM_REWARMS.labels("wasted").inc()
         rewarm = Rewarm(
             session_id=pause.session_id,
             response_id=pause.response_id,
@@ -355,15 +361,17 @@ class KeepWarm:
 
 def _pauses(request: CreateResponseRequest, final: dict[str, Any], pause_on: PauseOn) -> bool:
     """Whether the turn left its agent running a tool it will answer: a completed, stored
-    turn whose last output is a function call (or, with ``tools_offered``, that offered
-    tools). MCP tools are left out: the gateway's own tool loop changes that prompt, which
-    a prewarm cannot reproduce (``turns/prewarm.py``)."""
-    if final.get("status") != "completed" or not request.store or request.prewarms:
+    turn whose last output is a function call (or, with ``tools_offered``, a continuable
+    turn that offered tools). MCP tools are left out: the gateway's own tool loop changes
+    that prompt, which a prewarm cannot reproduce (``turns/prewarm.py``)."""
+    status = final.get("status")
+    if not request.store or request.prewarms:
         return False
     tools = request.tools or ()
     if any(tool.get("type") == "mcp" for tool in tools):
         return False
     if pause_on == "tools_offered":
-        return bool(tools) and request.tool_choice != "none"
+        # A turn cut at max_output_tokens is continued like a completed one.
+        return status in CONTINUABLE_STATUSES and bool(tools) and request.tool_choice != "none"
     output = final.get("output") or []
-    return bool(output) and output[-1].get("type") == "function_call"
+    return status == "completed" and bool(output) and output[-1].get("type") == "function_call"
