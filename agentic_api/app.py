@@ -110,6 +110,7 @@ async def build_services(settings: Settings) -> Services:
             ttl_seconds=settings.keep_warm_ttl_seconds,
             tokens_per_minute=settings.keep_warm_tokens_per_minute,
             tenant_tokens_per_minute=settings.keep_warm_tenant_tokens_per_minute,
+            max_rewarms_per_pause=settings.keep_warm_max_rewarms_per_pause,
             pause_on=settings.keep_warm_pause_on,
         )
     if settings.single_tenant:

@@ -290,6 +290,12 @@ class Settings(BaseSettings):
     keep_warm_tenant_tokens_per_minute: int = Field(
         20_000, ge=0, description="Re-warm tokens per sliding minute for one tenant."
     )
+    keep_warm_max_rewarms_per_pause: int = Field(
+        1,
+        ge=1,
+        description="Re-warms of one paused session before its agent returns (evicted again "
+        "after them, the replica cannot hold every paused session).",
+    )
     keep_warm_interval_seconds: float = Field(
         0.5, gt=0, description="How often the keep-warm loop looks for evicted paused sessions."
     )

@@ -20,7 +20,9 @@ This module decides, and keeps the record; it does no I/O. Bounds:
 - never while the replica is under pressure: the caller asks ``serving/keep_warm.py``'s
   probe of the replica's own ``/metrics`` (none configured: that bound is not applied,
   and each record says so);
-- at most one re-warm of a session in flight, cancelled when the agent returns first.
+- at most one re-warm of a session in flight, cancelled when the agent returns first, and
+  at most ``max_rewarms_per_pause`` per pause (evicted again after that, the replica cannot
+  hold every paused session: another re-warm would evict another one).
 
 Each re-warm is recorded (when, why, on which replica, tokens spent) and settled by the
 session's next turn: *paid off* when that turn came back warm (its cached tokens cover
@@ -103,6 +105,8 @@ class Pause:
     peak: int = 0
     peak_replica: str | None = None
     rewarm: Rewarm | None = None
+    # Re-warms sent for this pause.
+    rewarms: int = 0
     task: Cancellable | None = None
     skipped: set[str] = field(default_factory=set)
 
@@ -143,6 +147,7 @@ class KeepWarm:
         ttl_seconds: float,
         tokens_per_minute: int,
         tenant_tokens_per_minute: int,
+        max_rewarms_per_pause: int = 1,
         pause_on: PauseOn = "function_call",
         max_sessions: int = 10_000,
         clock: Callable[[], float] = time.time,
@@ -151,6 +156,7 @@ class KeepWarm:
         self.ttl_seconds = ttl_seconds
         self.tokens_per_minute = tokens_per_minute
         self.tenant_tokens_per_minute = tenant_tokens_per_minute
+        self.max_rewarms_per_pause = max_rewarms_per_pause
         self.pause_on = pause_on
         self.max_sessions = max_sessions
         self._clock = clock
@@ -237,6 +243,11 @@ class KeepWarm:
                 continue
             if pause.rewarm is not None and pause.rewarm.outcome == "running":
                 continue
+            if pause.rewarms >= self.max_rewarms_per_pause:
+                # Evicted again after its re-warms: the replica cannot hold every paused
+                # session, and re-warming this one would evict another (measured: a
+                # cascade of wasted re-warms; docs/benchmarks/keep_warm).
+                continue
             found = self._evicted(pause, tokens_of(pause))
             if found is None:
                 continue
@@ -309,6 +320,7 @@ class KeepWarm:
             pressure_checked=pressure_checked,
         )
         pause.rewarm, pause.task = rewarm, task
+        pause.rewarms += 1
         # Whatever comes back next is measured against the prefix as warmed now.
         pause.peak, pause.peak_replica = 0, None
         self._global.add(now, rewarm)

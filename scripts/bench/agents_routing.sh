@@ -150,7 +150,7 @@ router() {  # router POLICY [program]
 
 spec() {  # run name -> "policy program(0/1) restart(0/1)"; NAME_rN repeats NAME
   case ${1%_r[0-9]} in
-    round_robin|power_of_two|consistent_hash|cache_aware|kv_aware) echo "$1 0 0" ;;
+    round_robin|power_of_two|consistent_hash|cache_aware|kv_aware) echo "${1%_r[0-9]} 0 0" ;;
     program_consistent_hash) echo "consistent_hash 1 0" ;;
     program_kv_aware) echo "kv_aware 1 0" ;;
     keep_warm_consistent_hash) echo "consistent_hash 0 0" ;;

@@ -374,3 +374,33 @@ def test_a_text_answer_pauses_only_when_offering_tools_is_the_rule(
             eventually(lambda: resident(admin, answered.id, replica) == 0, "the prefix evicted")
             time.sleep(0.3)
             assert rewarms(kv_sim, session_id) == []
+
+
+@pytest.mark.parametrize("cap", [1, 2])
+def test_rewarms_per_pause_are_capped(
+    cap: int, backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+) -> None:
+    with (
+        keep_warm_server(
+            backend, fresh_db, kv_sim, replica, tmp_path, keep_warm_max_rewarms_per_pause=cap
+        ) as server,
+        admin_client(server) as admin,
+    ):
+        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+        paused = paused_and_seen(agent, admin, replica)
+        evict(server, kv_sim)
+        eventually(lambda: len(rewarms(kv_sim, agent.session_id)) == 1, "a first re-warm")
+        eventually(lambda: resident(admin, paused.id, replica) > 0, "the prefix back")
+        time.sleep(0.3)
+        evict(server, kv_sim)  # evicted again while still paused
+        if cap == 1:
+            eventually(lambda: resident(admin, paused.id, replica) == 0, "evicted again")
+            time.sleep(0.5)
+            assert len(rewarms(kv_sim, agent.session_id)) == 1
+        else:
+            eventually(lambda: len(rewarms(kv_sim, agent.session_id)) == 2, "a second re-warm")
+        agent.come_back()
+        records = admin.get(f"/responses/{paused.id}/lineage").json()["ancestors"][0]["rewarms"]
+        # The first re-warm's blocks went before the agent came back: it did not pay off.
+        assert records[0]["outcome"] == "wasted"
+        assert len(records) == cap
