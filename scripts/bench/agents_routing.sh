@@ -231,6 +231,13 @@ for RUN in $RUNS; do
     >"$OUT/$RUN.router.prom" || true
   # The router's own account (warnings, program-scheduling events), de-coloured and capped.
   sed 's/\x1b\[[0-9;]*m//g' "$WORK/router-$RUN.log" | tail -n 300 >"$OUT/$RUN.router.log"
+  if [[ $RUN == keep_warm_* ]]; then
+    # Each session's re-warms as our admin lineage shows them (when, why, tokens, outcome).
+    admin_key=$(AGENTIC_DATA_DIR=$WORK/ours-$port .venv/bin/agentic-api admin-key create \
+      --name "bench-$RUN" | sed -n "s/^admin key (shown once): //p")
+    $PY scripts/bench/keep_warm_records.py "$OUT/$RUN.csv" "http://127.0.0.1:$port" "$admin_key" \
+      >"$OUT/$RUN.rewarms.json" || true
+  fi
   # Our server's own account of the run (keep-warm: re-warms, tokens, skips).
   curl -fs "http://127.0.0.1:$port/metrics" | grep -E "^agentic_(keep_warm|kv_evicted_before_resume)" \
     >"$OUT/$RUN.ours.prom" || true
