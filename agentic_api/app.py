@@ -17,6 +17,7 @@ from fastapi.routing import APIRoute
 
 from agentic_api import __version__, tracing
 from agentic_api.background.worker import BackgroundWorkers
+from agentic_api.cache.keep_warm import KeepWarm
 from agentic_api.cache.recent import RecentArtifacts
 from agentic_api.cache.residency.endpoints import Endpoint, EndpointError, parse_endpoints
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
@@ -48,6 +49,7 @@ from agentic_api.http.routes import (
 from agentic_api.log import configure_logging, get_logger
 from agentic_api.metrics import mark_this_process_dead
 from agentic_api.services import Services
+from agentic_api.serving.keep_warm import KeepWarmLoop
 from agentic_api.serving.tenants import LOCAL_TENANT_NAME, KeyCache
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
@@ -102,6 +104,15 @@ async def build_services(settings: Settings) -> Services:
     )
     if endpoints:
         _attach_residency(services, settings, endpoints)
+    if settings.keep_warm_enabled and services.residency is not None:
+        services.keep_warm = KeepWarm(
+            services.residency,
+            ttl_seconds=settings.keep_warm_ttl_seconds,
+            tokens_per_minute=settings.keep_warm_tokens_per_minute,
+            tenant_tokens_per_minute=settings.keep_warm_tenant_tokens_per_minute,
+            max_rewarms_per_pause=settings.keep_warm_max_rewarms_per_pause,
+            pause_on=settings.keep_warm_pause_on,
+        )
     if settings.single_tenant:
         await _ensure_local_tenant(db)
     try:
@@ -140,6 +151,15 @@ def start_residency(services: Services) -> None:
         services.kv_events.start()
 
 
+def start_keep_warm(services: Services) -> KeepWarmLoop | None:
+    """The keep-warm loop of this process, when enabled (stop it before closing)."""
+    if services.keep_warm is None:
+        return None
+    loop = KeepWarmLoop(services, services.keep_warm)
+    loop.start()
+    return loop
+
+
 async def _ensure_local_tenant(db: Database) -> None:
     async with db.write() as session:
         repo = TenantRepository(session)
@@ -154,6 +174,7 @@ async def run_workers(settings: Settings, count: int) -> None:
     services = await build_services(settings)
     workers = BackgroundWorkers(services, count)
     start_residency(services)
+    keep_warm = start_keep_warm(services)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -163,6 +184,8 @@ async def run_workers(settings: Settings, count: int) -> None:
     try:
         await stop.wait()
     finally:
+        if keep_warm is not None:
+            await keep_warm.stop()
         await workers.stop(settings.shutdown_grace_seconds)
         await services.close()
         log.info("workers stopped")
@@ -210,6 +233,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         workers = BackgroundWorkers(services, settings.background_workers)
         workers.start()
         start_residency(services)
+        keep_warm = start_keep_warm(services)
         # FastAPI prepares each included route's request handling (pydantic schemas) on
         # its first match: 30-50 ms of CPU that stalled every request in flight then.
         # Building the OpenAPI schema prepares them all, now.
@@ -232,6 +256,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Jobs and detached turns get the same grace, side by side, while the database
             # and the upstream client are still open.
             grace = settings.shutdown_grace_seconds
+            if keep_warm is not None:
+                await keep_warm.stop()
             await asyncio.gather(workers.stop(grace), services.drain(grace))
             await services.close()
             # One of several `serve` workers: its in-flight gauges leave the server's sums.

@@ -443,6 +443,22 @@ KV_EVICTED_BEFORE_RESUME = Counter(
     "Turns whose session had blocks removed from a replica after its previous turn ended.",
     ["replica"],
 )
+KEEP_WARM_REWARMS = Counter(
+    "agentic_keep_warm_rewarms_total",
+    "Re-warms of paused sessions by outcome: paid_off (the next turn came back warm), "
+    "wasted (it did not, or never came), cancelled (the agent came back first), failed.",
+    ["outcome"],
+)
+KEEP_WARM_TOKENS = Counter(
+    "agentic_keep_warm_tokens_total",
+    "Prompt tokens vLLM prefilled for re-warms (input minus cached).",
+)
+KEEP_WARM_SKIPPED = Counter(
+    "agentic_keep_warm_skipped_total",
+    "Re-warms not sent, by bound: tenant_budget, budget, pressure (once per pause), ttl "
+    "(a paused session forgotten).",
+    ["reason"],
+)
 KV_IDLE_BEFORE_EVICTED_RESUME = Histogram(
     "agentic_kv_idle_before_evicted_resume_seconds",
     "For those turns: how long the session had been idle (previous turn's end to this start).",

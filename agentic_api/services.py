@@ -7,6 +7,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_api.cache.keep_warm import KeepWarm
 from agentic_api.cache.recent import RecentArtifacts
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
@@ -55,6 +56,8 @@ class Services:
     session_tags: SessionTags = field(default_factory=SessionTags)
     residency: ResidencyTracker | None = None
     kv_events: KvEventSubscriber | None = None
+    # Paused sessions kept warm (None unless AGENTIC_KEEP_WARM_ENABLED).
+    keep_warm: KeepWarm | None = None
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)

@@ -262,6 +262,61 @@ class Settings(BaseSettings):
         description="With router_agentic_context: how long the router should keep a session "
         "that will resume (kv_retention_ttl_seconds); unset lets the router choose.",
     )
+    keep_warm_enabled: bool = Field(
+        False,
+        description="Keep paused agents warm: when the KV events show that the leading "
+        "prefix of a session paused in a function call was evicted, prefill it again "
+        "through the prewarm path (same routing coordinates as its next turn), within the "
+        "keep_warm_* bounds. Needs kv_events_endpoints.",
+    )
+    keep_warm_pause_on: Literal["function_call", "tools_offered"] = Field(
+        "function_call",
+        description="What pauses a session for keep-warm: a turn whose last output is a "
+        "function call (the agent is running it), or any completed turn that offered tools "
+        "(tool_choice not 'none': the signal vllm-router's expected_resume gets; for agents "
+        "whose model answers a tool step in text, as the tiny benchmark model does).",
+    )
+    keep_warm_ttl_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="Never re-warm a session paused longer than this (it is forgotten).",
+    )
+    keep_warm_tokens_per_minute: int = Field(
+        100_000,
+        ge=0,
+        description="Re-warm tokens (prompt tokens vLLM prefilled for re-warms) per sliding "
+        "minute, all tenants together.",
+    )
+    keep_warm_tenant_tokens_per_minute: int = Field(
+        20_000, ge=0, description="Re-warm tokens per sliding minute for one tenant."
+    )
+    keep_warm_max_rewarms_per_pause: int = Field(
+        1,
+        ge=1,
+        description="Re-warms of one paused session before its agent returns (evicted again "
+        "after them, the replica cannot hold every paused session).",
+    )
+    keep_warm_interval_seconds: float = Field(
+        0.5, gt=0, description="How often the keep-warm loop looks for evicted paused sessions."
+    )
+    keep_warm_replica_metrics: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="Each replica's vLLM /metrics URL, as `name=url` pairs (names as in "
+        "kv_events_endpoints), for the pressure bound: no re-warm while the replica has more "
+        "than keep_warm_max_waiting requests waiting or its running requests hold more than "
+        "keep_warm_max_kv_usage of its KV cache (or its page cannot be read). A replica "
+        "without a URL is re-warmed without that check (each record says so).",
+    )
+    keep_warm_max_waiting: float = Field(
+        0, ge=0, description="Requests waiting on a replica above which it is under pressure."
+    )
+    keep_warm_max_kv_usage: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="Share of a replica's KV cache held by running requests above which it "
+        "is under pressure.",
+    )
     metrics_enabled: bool = Field(
         True,
         description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "
@@ -316,7 +371,7 @@ class Settings(BaseSettings):
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
 
-    @field_validator("kv_events_endpoints", mode="before")
+    @field_validator("kv_events_endpoints", "keep_warm_replica_metrics", mode="before")
     @classmethod
     def _split_endpoints(cls, value: object) -> object:
         # One env var: a JSON object, or name=endpoint pairs separated by commas.
@@ -376,6 +431,12 @@ class Settings(BaseSettings):
             )
         if self.production and self.server_secret is None:
             raise ConfigError("AGENTIC_SERVER_SECRET is required in production mode")
+        if self.keep_warm_enabled and not self.kv_events_endpoints:
+            # Without the replicas' KV events nothing says a paused prefix was evicted.
+            raise ConfigError(
+                "AGENTIC_KEEP_WARM_ENABLED needs AGENTIC_KV_EVENTS_ENDPOINTS (the replicas' "
+                "KV events are what show a paused session's prefix evicted)"
+            )
 
     def load_server_secret(self) -> bytes:
         """The salt secret: configured, or generated once and persisted in data_dir."""

@@ -4,7 +4,9 @@ The sequence: an ``Idempotency-Key`` is claimed first (a key already answered re
 its outcome, and nothing runs); a background request is stored queued (with the key's
 outcome, in the same transaction); anything else is prepared (a refusal releases the
 key) and run, streamed or to its end, with the key held while it runs and its outcome
-recorded by the turn's commit.
+recorded by the turn's commit. A prewarm (``prompt_cache_options.prewarm``) stores
+nothing and is safe to repeat, so its Idempotency-Key is neither claimed nor recorded:
+a retry warms the cache again and answers afresh.
 """
 
 from __future__ import annotations
@@ -17,16 +19,17 @@ from agentic_api.background.queue import enqueue
 from agentic_api.errors import ApiError
 from agentic_api.idempotency import Claim, requires_store
 from agentic_api.services import Services
-from agentic_api.serving.results import Final, Queued, Replayed, Streaming, replayed
+from agentic_api.serving.results import Final, Prewarmed, Queued, Replayed, Streaming, replayed
 from agentic_api.storage.idempotency import KeyRef, Outcome
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.prepare.turn import prepare_turn
+from agentic_api.turns.prewarm import run_prewarm
 from agentic_api.turns.run import TurnFailed, run_turn
 from agentic_api.turns.stream import open_stream
 from agentic_api.wire.requests import CreateResponseRequest
 
-Created = Replayed | Queued | Streaming | Final
+Created = Replayed | Queued | Streaming | Final | Prewarmed
 
 
 async def create_response(
@@ -39,6 +42,8 @@ async def create_response(
 ) -> Created:
     """``raw``: the request as parsed JSON (an Idempotency-Key's request hash);
     ``key``: the request's Idempotency-Key, checked."""
+    if request.prewarms:
+        return await run_prewarm(services, await prepare_turn(services, caller, request))
     claim: Claim | None = None
     if key is not None:
         if not request.store:

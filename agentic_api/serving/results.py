@@ -9,7 +9,10 @@ from typing import Any
 from agentic_api.background.follow import follow
 from agentic_api.storage.database import Database
 from agentic_api.storage.idempotency import Outcome
+from agentic_api.turns.prewarm import Prewarmed
 from agentic_api.turns.stream import TurnStream
+
+__all__ = ["Final", "Prewarmed", "Queued", "Replayed", "Streaming", "replayed"]
 
 StoredEvents = AsyncIterator[tuple[int, str]]
 

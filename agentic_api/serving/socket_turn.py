@@ -28,6 +28,7 @@ from agentic_api.turns.prepare.connection_histories import (
     lane_history_after,
 )
 from agentic_api.turns.prepare.turn import prepare_turn
+from agentic_api.turns.prewarm import run_prewarm
 from agentic_api.turns.run import TurnFailed, run_without_model
 from agentic_api.turns.stream import TurnStream, open_stream
 from agentic_api.wire.requests import CreateResponseRequest
@@ -70,13 +71,17 @@ async def start_socket_turn(
     generate: bool,
 ) -> list[dict[str, Any]] | SocketTurn:
     """The turn, its upstream request accepted; or with ``generate: false`` the events
-    of the turn recorded without the model (already kept for the lane)."""
+    of the turn recorded without the model (already kept for the lane); or for a prewarm
+    (which overrides ``generate``, as OpenAI documents) its events: the lane keeps
+    nothing of it, since nothing can continue it."""
     base = await _kept_base(services, caller.tenant_id, histories, request)
     try:
         turn = await prepare_turn(services, caller, request, local=histories)
     except ApiError:
         _forget_parent(histories, request)
         raise
+    if request.prewarms:
+        return (await run_prewarm(services, turn)).events
     if not generate:
         events = await run_without_model(services, turn)
         _remember(histories, lane, turn, base, [])

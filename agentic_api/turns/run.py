@@ -77,6 +77,10 @@ async def run_begun(run: TurnInProgress) -> dict[str, Any]:
     if residency is not None:
         # Before the upstream call: were the session's blocks evicted while it was idle?
         residency.turn_started(turn.lineage.session_id)
+    keep_warm = run.services.keep_warm
+    if keep_warm is not None:
+        # The agent is back: its session needs no keeping warm (a re-warm is cancelled).
+        keep_warm.turn_started(turn.lineage.session_id)
     try:
         # Counted before anything is sent: a count that fails refuses the turn unrun.
         threshold = None if turn.compacts or turn.runs_tools else compact_threshold(turn.request)
@@ -91,6 +95,16 @@ async def run_begun(run: TurnInProgress) -> dict[str, Any]:
             else:
                 ending = await run_plain_turn(run)
             final = await end_turn(run, ending)
+        if keep_warm is not None:
+            keep_warm.turn_finished(
+                session_id=turn.lineage.session_id,
+                response_id=turn.response_id,
+                tenant_id=turn.caller.tenant_id,
+                salt_epoch=turn.caller.salt_epoch,
+                cache_salt=turn.caller.cache_salt,
+                request=turn.request,
+                final=final,
+            )
         tracing.record_response(traced, final)
         return run.meter.finished(final)
     except TurnFailed as failed:

@@ -8,6 +8,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, Field, field_validator
 
+from agentic_api.wire.keep_warm import AdminRewarm
 from agentic_api.wire.residency import TurnResidency
 from agentic_api.wire.storable import NUL
 from agentic_api.wire.token_account import TokenAccountView
@@ -175,6 +176,11 @@ class AdminTurn(BaseModel):
         description="Token-level reuse account against the parent's exact tokens: expected, "
         "measured and token-exact reusable tokens and the cause of any loss; null when the "
         "upstream did not report token ids."
+    )
+    rewarms: list[AdminRewarm] = Field(
+        default_factory=list,
+        description="Keep-warm re-warms of this turn's continuation while its agent was "
+        "paused after it (AGENTIC_KEEP_WARM_ENABLED; kept in the serving process).",
     )
 
 

@@ -182,11 +182,11 @@ FIELDS: dict[str, FieldPolicy] = {
         "comparison_response_id answers prompt_cache_diagnostics against any of the "
         "tenant's responses; mode 'implicit' and ttl '30m' only (vLLM caches every full "
         "block until evicted: no breakpoints, no lifetimes; echoed, not enforced); "
-        "'explicit', '12h' and prewarm: true are refused",
+        "prewarm: true sends the prompt upstream for one output token and stores nothing; "
+        "'explicit' and '12h' are refused",
         _every(
             _only("prompt_cache_options", "mode", ("implicit",)),
             _only("prompt_cache_options", "ttl", ("30m",)),
-            _only("prompt_cache_options", "prewarm", (False,)),
         ),
     ),
     "prompt_cache_retention": FieldPolicy(

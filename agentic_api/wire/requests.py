@@ -28,7 +28,7 @@ from agentic_api.wire.limits import (
     MAX_TOOLS,
 )
 from agentic_api.wire.metadata import check_metadata
-from agentic_api.wire.prompt_cache import PromptCacheOptions
+from agentic_api.wire.prompt_cache import PromptCacheOptions, check_prewarm
 from agentic_api.wire.storable import check_depth, check_no_nul, too_deep
 
 # Fields that shape our own behaviour and never travel upstream as given.
@@ -168,6 +168,12 @@ class CreateResponseRequest(BaseModel):
         return value
 
     @property
+    def prewarms(self) -> bool:
+        """``prompt_cache_options.prewarm``: warm the prompt's cache, generate and store
+        nothing (``turns/prewarm.py``)."""
+        return self.prompt_cache_options is not None and self.prompt_cache_options.prewarm
+
+    @property
     def conversation_id(self) -> str | None:
         if isinstance(self.conversation, ConversationRef):
             return self.conversation.id
@@ -238,6 +244,7 @@ def parse_create_request(raw: bytes) -> tuple[CreateResponseRequest, dict[str, A
             param="input",
             code="empty_input",
         )
+    check_prewarm(request.prompt_cache_options, background=request.background)
     if request.background and not request.store:
         raise InvalidRequest(
             "'background' requires 'store' to be true.", param="background", code="invalid_value"

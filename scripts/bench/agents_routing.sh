@@ -25,8 +25,14 @@
 #   SIM_BLOCKS   the simulator's capacity in blocks, UPSTREAM=sim [80]
 #   RESTART_AT   seconds into a restart run when the busier replica is stopped, then restarted [10]
 #   TTL          kv_retention_ttl_seconds our server sends in the program runs [20]
+#   keep_warm_consistent_hash (not in the default RUNS): consistent_hash through a third
+#                server of ours (BASE+32) that follows both replicas' KV events and keeps
+#                paused sessions warm (AGENTIC_KEEP_WARM_*, pause_on tools_offered: the tiny
+#                model answers tool steps in text); its /metrics' keep-warm lines are saved
+#                as NAME.ours.prom. Compare with the consistent_hash run of the same call.
 #   BASE_PORT    [19900]: +1/+2 replicas, +11/+12 taps, +20 router, +29 router metrics,
-#                +30 our server, +31 our server with agentic_context, +41/+42 and +51/+52 the
+#                +30 our server, +31 our server with agentic_context, +32 our server with
+#                keep-warm, +41/+42 and +51/+52 the
 #                KV-event relays (agents_kv_relay.py: replica side, router side)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -75,6 +81,7 @@ replica() {  # replica N: start (or restart) it on BASE+N
   if [[ "$UPSTREAM" == "sim" ]]; then
     setsid $PY -m tests.upstream_sim --port "$port" --model tiny-llama --block-size 32 \
       --max-model-len 2048 --cache-capacity-blocks "$SIM_BLOCKS" \
+      --kv-events-endpoint "ipc://$WORK/kv-r$n.ipc" --kv-events-topic "r$n" \
       --prefill-seconds-per-token 0.0002 --decode-seconds-per-token 0.004 \
       >>"$WORK/r$n.log" 2>&1 </dev/null &
   else
@@ -106,9 +113,10 @@ tap() {
   PIDS[tap$n]=$!
   wait_http "http://127.0.0.1:$((BASE + 10 + n))/health"
 }
-ours() {  # our server on PORT, AGENTIC_ROUTER_AGENTIC_CONTEXT=$2
+ours() {  # our server on PORT, AGENTIC_ROUTER_AGENTIC_CONTEXT=$2, then VAR=value pairs
   local port=$1 context=$2
-  AGENTIC_DATA_DIR=$WORK/ours-$port AGENTIC_UPSTREAM_BASE_URL=http://127.0.0.1:$((BASE + 20)) \
+  shift 2
+  env "$@" AGENTIC_DATA_DIR=$WORK/ours-$port AGENTIC_UPSTREAM_BASE_URL=http://127.0.0.1:$((BASE + 20)) \
   AGENTIC_PORT=$port AGENTIC_LOG_LEVEL=warning AGENTIC_ROUTER_AGENTIC_CONTEXT=$context \
   AGENTIC_ROUTER_KV_RETENTION_TTL_SECONDS=$TTL AGENTIC_UPSTREAM_READ_TIMEOUT=120 \
     setsid .venv/bin/agentic-api serve >"$WORK/ours-$port.log" 2>&1 </dev/null &
@@ -140,11 +148,12 @@ router() {  # router POLICY [program]
   wait_http "http://127.0.0.1:$((BASE + 20))/health"
 }
 
-spec() {  # run name -> "policy program(0/1) restart(0/1)"
-  case $1 in
-    round_robin|power_of_two|consistent_hash|cache_aware|kv_aware) echo "$1 0 0" ;;
+spec() {  # run name -> "policy program(0/1) restart(0/1)"; NAME_rN repeats NAME
+  case ${1%_r[0-9]} in
+    round_robin|power_of_two|consistent_hash|cache_aware|kv_aware) echo "${1%_r[0-9]} 0 0" ;;
     program_consistent_hash) echo "consistent_hash 1 0" ;;
     program_kv_aware) echo "kv_aware 1 0" ;;
+    keep_warm_consistent_hash) echo "consistent_hash 0 0" ;;
     restart_consistent_hash) echo "consistent_hash 0 1" ;;
     restart_program_consistent_hash) echo "consistent_hash 1 1" ;;
     *) echo "unknown run $1" >&2; return 1 ;;
@@ -153,9 +162,22 @@ spec() {  # run name -> "policy program(0/1) restart(0/1)"
 
 [[ "$UPSTREAM" == "vllm" ]] && { kv_relay 1; kv_relay 2; }
 replica 1; replica 2; tap 1; tap 2
-# Our two servers point at the router's port; they start before it (health is local).
+# Our servers point at the router's port; they start before it (health is local).
 ours $((BASE + 30)) false; ours $((BASE + 31)) true
 KEY_PLAIN=$(key_for $((BASE + 30))); KEY_CONTEXT=$(key_for $((BASE + 31)))
+if [[ " $RUNS " == *" keep_warm_"* ]]; then
+  # The replicas' KV events: through the relays (vLLM), or each simulator's own socket.
+  if [[ "$UPSTREAM" == "vllm" ]]; then
+    events="r1=connect:tcp://127.0.0.1:$((BASE + 51)),r2=connect:tcp://127.0.0.1:$((BASE + 52))"
+  else
+    events="r1=ipc://$WORK/kv-r1.ipc,r2=ipc://$WORK/kv-r2.ipc"
+  fi
+  ours $((BASE + 32)) false AGENTIC_KV_EVENTS_ENDPOINTS="$events" \
+    AGENTIC_KEEP_WARM_ENABLED=true AGENTIC_KEEP_WARM_PAUSE_ON=tools_offered \
+    AGENTIC_KEEP_WARM_REPLICA_METRICS="r1=http://127.0.0.1:$((BASE + 11))/metrics,r2=http://127.0.0.1:$((BASE + 12))/metrics" \
+    ${KEEP_WARM_ENV:-}
+  KEY_KEEP_WARM=$(key_for $((BASE + 32)))
+fi
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -173,6 +195,7 @@ for RUN in $RUNS; do
   router "$policy" "$([[ $program == 1 ]] && echo program)"
   port=$((BASE + 30)); key=$KEY_PLAIN
   if [[ $program == 1 ]]; then port=$((BASE + 31)); key=$KEY_CONTEXT; fi
+  if [[ $RUN == keep_warm_* ]]; then port=$((BASE + 32)); key=$KEY_KEEP_WARM; fi
   turns=$TURNS
   [[ $restart == 1 ]] && turns=$((TURNS + 1))
   NONCE="$RUN-$(date +%s)"
@@ -208,6 +231,16 @@ for RUN in $RUNS; do
     >"$OUT/$RUN.router.prom" || true
   # The router's own account (warnings, program-scheduling events), de-coloured and capped.
   sed 's/\x1b\[[0-9;]*m//g' "$WORK/router-$RUN.log" | tail -n 300 >"$OUT/$RUN.router.log"
+  if [[ $RUN == keep_warm_* ]]; then
+    # Each session's re-warms as our admin lineage shows them (when, why, tokens, outcome).
+    admin_key=$(AGENTIC_DATA_DIR=$WORK/ours-$port .venv/bin/agentic-api admin-key create \
+      --name "bench-$RUN" | sed -n "s/^admin key (shown once): //p")
+    $PY scripts/bench/keep_warm_records.py "$OUT/$RUN.csv" "http://127.0.0.1:$port" "$admin_key" \
+      >"$OUT/$RUN.rewarms.json" || true
+  fi
+  # Our server's own account of the run (keep-warm: re-warms, tokens, skips).
+  curl -fs "http://127.0.0.1:$port/metrics" | grep -E "^agentic_(keep_warm|kv_evicted_before_resume)" \
+    >"$OUT/$RUN.ours.prom" || true
   stop router
   jsons+=("$OUT/$RUN.json")
 done

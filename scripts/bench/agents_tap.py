@@ -36,7 +36,11 @@ def describe(body: bytes) -> dict[str, Any]:
         return {}
     items = data.get("input")
     newest = json.dumps(items[-1]) if isinstance(items, list) and items else str(items)
-    match = TAG.search(newest)
+    # The bench tags what its client sends; a request whose newest item is the model's own
+    # (a keep-warm re-warm: the paused turn's continuation with no new input) is no turn
+    # of it, whatever that output happens to quote.
+    ours = not (isinstance(items, list) and items and _is_model_output(items[-1]))
+    match = TAG.search(newest) if ours else None
     context = (data.get("vllm_xargs") or {}).get("agentic_context")
     program = None
     if isinstance(context, str):
@@ -51,6 +55,12 @@ def describe(body: bytes) -> dict[str, Any]:
         "program": program,
         "stream": bool(data.get("stream")),
     }
+
+
+def _is_model_output(item: Any) -> bool:
+    return isinstance(item, dict) and (
+        item.get("role") == "assistant" or item.get("type") in ("function_call", "reasoning")
+    )
 
 
 def usage_of(data: dict[str, Any]) -> dict[str, Any]:

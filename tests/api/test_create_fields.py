@@ -75,7 +75,6 @@ REFUSED_VALUES: list[tuple[str, Any, str]] = [
     ("image", {"context_compression": "enabled"}, "image.context_compression"),
     ("prompt_cache_options", {"mode": "explicit"}, "prompt_cache_options.mode"),
     ("prompt_cache_options", {"ttl": "12h"}, "prompt_cache_options.ttl"),
-    ("prompt_cache_options", {"prewarm": True}, "prompt_cache_options.prewarm"),
     ("prompt_cache_retention", "24h", "prompt_cache_retention"),
     ("service_tier", "priority", "service_tier"),
     ("service_tier", "flex", "service_tier"),

@@ -53,3 +53,17 @@ def test_database_urls(tmp_path: Path) -> None:
 
 def test_upstream_url_suffix_is_normalized() -> None:
     assert Settings(upstream_base_url="http://x:8000/v1/").upstream_base_url == "http://x:8000"
+
+
+def test_keep_warm_needs_the_replicas_kv_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="AGENTIC_KV_EVENTS_ENDPOINTS"):
+        Settings(keep_warm_enabled=True).check()
+    Settings(keep_warm_enabled=True, kv_events_endpoints={"r1": "ipc:///tmp/r1"}).check()
+    # The replicas' metrics pages, from one environment variable as the endpoints are.
+    monkeypatch.setenv(
+        "AGENTIC_KEEP_WARM_REPLICA_METRICS", "r1=http://a:1/metrics, r2=http://b:2/metrics"
+    )
+    assert Settings().keep_warm_replica_metrics == {
+        "r1": "http://a:1/metrics",
+        "r2": "http://b:2/metrics",
+    }

@@ -175,13 +175,20 @@ def create_app(runtime: Runtime) -> ASGIApp:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        # The one vLLM series the gateway reads: the KV cache's configuration.
+        # The vLLM series the gateway reads: the KV cache's configuration, and the load
+        # gauges the keep-warm pressure bound reads (set by tests: ``SimState.load``).
         config = state.config
+        waiting, kv_usage = state.load
+        labels = f'engine="0",model_name="{config.model}"'
         text = (
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
             "# TYPE vllm:cache_config_info gauge\n"
             f'vllm:cache_config_info{{block_size="{config.block_size}",'
             'cache_dtype="auto",enable_prefix_caching="True",engine="0"} 1.0\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f"vllm:kv_cache_usage_perc{{{labels}}} {float(kv_usage)}\n"
         )
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 

@@ -160,6 +160,9 @@ class SimState:
         self.calls: Counter[str] = Counter()
         self.aborted: list[RecordedRequest] = []
         self.cache = PrefixCache(self.config.block_size, self.config.cache_capacity_blocks)
+        # What /metrics reports as requests waiting and KV cache usage (0..1): scripted
+        # by tests of the gateway's pressure bound, since the simulator has no scheduler.
+        self.load: tuple[float, float] = (0.0, 0.0)
         self.kv_publisher: KvEventPublisher | None = None
         if self.config.kv_events_endpoint is not None:
             self.kv_publisher = KvEventPublisher(
@@ -190,6 +193,7 @@ class SimState:
             self.calls.clear()
             self.aborted.clear()
             self.cache.clear()
+            self.load = (0.0, 0.0)
             self._publish_kv_events()
             self.changed.notify_all()
 

@@ -15,7 +15,7 @@ from agentic_api.http.json_response import JsonResponse
 from agentic_api.http.sse import from_followed, from_list, from_stored, from_turn, sse_response
 from agentic_api.serving import create, responses
 from agentic_api.serving.responses import FollowedEvents, RebuiltEvents, StoredEventList
-from agentic_api.serving.results import Final, Queued, Streaming
+from agentic_api.serving.results import Final, Prewarmed, Queued, Streaming
 from agentic_api.serving.tenants import TenantContext
 from agentic_api.turns.data.caller import Caller
 from agentic_api.wire.limits import MAX_INTEGER, MAX_LIST_LIMIT
@@ -47,6 +47,10 @@ async def create_response(request: Request, tenant: Tenant) -> Response:
         return JsonResponse(created.response)
     if isinstance(created, Streaming):
         return sse_response(from_turn(created.stream))
+    if isinstance(created, Prewarmed):
+        if parsed.stream:
+            return sse_response(from_list(created.events))
+        return JsonResponse(created.response)
     if isinstance(created, Queued):
         if created.events is not None:
             return sse_response(from_followed(created.events))

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from agentic_api.errors import InvalidRequest, NotFound
 from agentic_api.services import Services
+from agentic_api.serving.admin.keep_warm import annotate_rewarms
 from agentic_api.serving.admin.residency import annotate_timeline
 from agentic_api.serving.admin.tenants import require_tenant
 from agentic_api.serving.admin.timeline import present_timeline
@@ -77,6 +78,7 @@ async def timeline(
         before = await repo.turn_before(tenant_id, conversation_id, rows[0].id) if rows else None
     shown = present_timeline(rows, before)
     annotate_timeline(shown, rows, before, services.residency)
+    annotate_rewarms(shown, services.keep_warm)
     return list_page(shown, more, lambda t: t.id)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from agentic_api.errors import NotFound
 from agentic_api.services import Services
+from agentic_api.serving.admin.keep_warm import annotate_rewarms
 from agentic_api.serving.admin.timeline import present_chain, present_tree
 from agentic_api.serving.admin.token_account import account_view
 from agentic_api.storage.admin import AdminRepository
@@ -28,10 +29,12 @@ async def response_lineage(services: Services, response_id: str) -> AdminLineage
             raise _response_not_found(response_id)
         descendants = await repo.descendants(response_id, limit=MAX_DESCENDANTS)
     shown = descendants[:MAX_DESCENDANTS]
+    ancestors = present_chain(chain)
+    annotate_rewarms(ancestors, services.keep_warm)
     return AdminLineage(
         response_id=response_id,
         tenant_id=chain[-1].tenant_id,
-        ancestors=present_chain(chain),
+        ancestors=ancestors,
         descendants=present_tree(chain[-1], shown),
         descendant_count=len(shown),
         truncated=len(descendants) > MAX_DESCENDANTS,

@@ -24,6 +24,7 @@ from agentic_api.turns.prepare.errors import (
     previous_response_not_found,
 )
 from agentic_api.turns.prepare.history import load_history
+from agentic_api.turns.prepare.prewarm_request import for_prewarm
 from agentic_api.turns.prepare.render import (
     add_agentic_context,
     agentic_context_of,
@@ -112,6 +113,8 @@ async def prepare_turn(
         request, cache_salt=caller.cache_salt, session_id=lineage.session_id, tags=tags
     )
     add_agentic_context(fields, lineage, request, agentic_context_of(services.settings))
+    if request.prewarms:
+        for_prewarm(fields)
     prompt = [*history, *new_input]
     if compact_threshold(request) is not None:
         prompt = compacted_window(prompt)

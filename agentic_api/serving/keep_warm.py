@@ -1,0 +1,119 @@
+"""The keep-warm loop (``AGENTIC_KEEP_WARM_ENABLED``): every tick, asks the policy
+(``cache/keep_warm.py``) which paused sessions lost their prefix, checks the replica's
+pressure where its ``/metrics`` is configured, and re-warms each through the prewarm path
+(``turns/prewarm.py``): the paused turn's continuation with ``input: []``, prepared as the
+agent's next turn will be (same history, salt, session fields, headers), so the router
+sends it where that turn will go. Nothing it does is stored."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import aiohttp
+
+from agentic_api.cache.keep_warm import Due, KeepWarm, Pause, Rewarm
+from agentic_api.errors import ApiError
+from agentic_api.log import get_logger
+from agentic_api.services import Services
+from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.prepare.turn import prepare_turn
+from agentic_api.turns.prewarm import run_prewarm
+from agentic_api.upstream.replica_metrics import read_load
+from agentic_api.wire.prompt_cache import PromptCacheOptions
+from agentic_api.wire.requests import CreateResponseRequest
+
+log = get_logger("agentic_api.serving.keep_warm")
+
+
+def continuation_prewarm(paused: CreateResponseRequest, response_id: str) -> CreateResponseRequest:
+    """The prewarm of what continues ``paused`` (its response ``response_id``): the same
+    request fields (instructions, tools, sampling, pass-through), the same place (the
+    conversation, else the response), no new input."""
+    conversation = paused.conversation
+    return paused.model_copy(
+        update={
+            "input": [],
+            "previous_response_id": None if conversation is not None else response_id,
+            "prompt_cache_options": PromptCacheOptions(prewarm=True),
+            "stream": False,
+            "background": False,
+            "metadata": None,
+        }
+    )
+
+
+class KeepWarmLoop:
+    def __init__(self, services: Services, policy: KeepWarm) -> None:
+        self.services = services
+        self.policy = policy
+        self._task: asyncio.Task[None] | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+
+    async def _run(self) -> None:
+        interval = self.services.settings.keep_warm_interval_seconds
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("keep-warm tick failed")
+
+    async def tick(self) -> None:
+        for due in list(self.policy.due(self._tokens_of)):
+            checked = await self._pressure(due)
+            if checked is None:
+                continue
+            if not self.policy.is_paused(due.pause):
+                continue  # the agent came back while the replica was asked
+            rewarm = self.policy.started(due, None, pressure_checked=checked)
+            task = self.services.spawn(self._rewarm(due.pause, rewarm))
+            self.policy.attach(rewarm, task)
+
+    async def _pressure(self, due: Due) -> bool | None:
+        """Whether pressure was checked (True) or cannot be (False: no metrics URL for
+        the replica); None when the replica is under pressure (skipped)."""
+        settings = self.services.settings
+        url = settings.keep_warm_replica_metrics.get(due.replica or "")
+        if url is None:
+            return False
+        if self._session is None:
+            self._session = aiohttp.ClientSession()
+        load = await read_load(self._session, url)
+        if (
+            load is None
+            or load.waiting > settings.keep_warm_max_waiting
+            or load.kv_usage > settings.keep_warm_max_kv_usage
+        ):
+            self.policy.skip(due.pause, "pressure")
+            return None
+        return True
+
+    def _tokens_of(self, pause: Pause) -> Sequence[int] | None:
+        kept = self.services.artifacts.get(pause.tenant_id, pause.response_id)
+        return None if kept is None else kept.prompt + kept.output
+
+    async def _rewarm(self, pause: Pause, rewarm: Rewarm) -> None:
+        request = continuation_prewarm(pause.request, pause.response_id)
+        caller = Caller(pause.tenant_id, pause.salt_epoch, pause.cache_salt)
+        try:
+            turn = await prepare_turn(self.services, caller, request)
+            done = await run_prewarm(self.services, turn)
+        except asyncio.CancelledError:
+            self.policy.ended(rewarm, "cancelled", "the agent came back first")
+            raise
+        except ApiError as exc:
+            self.policy.ended(rewarm, "failed", exc.message)
+            log.warning("keep-warm re-warm failed", session_id=pause.session_id, error=exc.code)
+            return
+        self.policy.finished(rewarm, done.response["usage"])

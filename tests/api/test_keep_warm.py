@@ -1,0 +1,406 @@
+"""Keep paused agents warm (``AGENTIC_KEEP_WARM_ENABLED``), on SQLite and PostgreSQL: our
+server subscribed to a simulator that publishes vLLM's KV events from a small prefix cache.
+An agent pauses in a function call; another tenant's traffic evicts its prefix; the
+keep-warm loop re-warms it through the prewarm path (same session and routing fields as
+the next turn, one output token, nothing stored); the agent's return then hits. And the
+bounds: budgets (per tenant, global), the TTL, the replica's pressure (its /metrics), and
+cancellation when the agent comes back first. Each server is the test's own (its bounds
+differ), on a database of its own."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+from openai.types.responses import Response
+from prometheus_client import REGISTRY
+
+from tests.conftest import RunningServer, app_server
+from tests.support.tenants import create_admin_key, create_tenant
+from tests.upstream_sim import Call, Hang, Reply, SimServer, ToolCalls
+from tests.upstream_sim.state import RecordedRequest
+
+BLOCK = 16
+CAPACITY_BLOCKS = 40
+TOOLS: Any = [
+    {
+        "type": "function",
+        "name": "lookup",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        "strict": False,
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def kv_sim(backend: str) -> Iterator[SimServer]:
+    folder = Path(tempfile.mkdtemp(prefix="kw-"))  # ipc:// paths must stay short
+    try:
+        with SimServer(
+            block_size=BLOCK,
+            cache_capacity_blocks=CAPACITY_BLOCKS,
+            kv_events_endpoint=f"ipc://{folder}/sim.ipc",
+            kv_events_topic=f"kw-{backend}",
+        ) as server:
+            yield server
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def replica(kv_sim: SimServer, backend: str) -> str:
+    kv_sim.reset()  # an empty cache and script: this test's traffic decides what goes
+    # Prometheus series live in this process: one replica name per test keeps them apart.
+    return f"kw-{backend}-{time.monotonic_ns()}"
+
+
+@contextmanager
+def keep_warm_server(
+    backend: str, db_url: str, sim: SimServer, replica: str, tmp: Path, **overrides: object
+) -> Iterator[RunningServer]:
+    settings: dict[str, object] = {
+        "kv_events_endpoints": {replica: sim.config.kv_events_endpoint},
+        "keep_warm_enabled": True,
+        "keep_warm_interval_seconds": 0.05,
+        **overrides,
+    }
+    with app_server(backend, db_url, sim.url, tmp, **settings) as running:
+        yield running
+
+
+def words(tag: str, count: int) -> str:
+    return " ".join(f"{tag}{i}" for i in range(count))
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def eventually(check: Callable[[], bool], what: str, seconds: float = 15) -> None:
+    # KV events and the keep-warm loop run on their own: poll.
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never: {what}")
+        time.sleep(0.05)
+
+
+def rewarms(sim: SimServer, session_id: str) -> list[RecordedRequest]:
+    return [
+        r
+        for r in sim.requests("/v1/responses")
+        if r.json.get("max_output_tokens") == 1 and r.json.get("session_id") == session_id
+    ]
+
+
+class Agent:
+    """One agent's session: a turn that pauses in a function call, then its return."""
+
+    def __init__(self, client: OpenAI, sim: SimServer) -> None:
+        self.client, self.sim = client, sim
+
+    def pause(self) -> Response:
+        self.sim.push(ToolCalls([Call("lookup", {"q": "weather"}, call_id="call_kw")]))
+        paused = self.client.responses.create(
+            model="sim-model", input=words("task", 120), tools=TOOLS
+        )
+        assert paused.output[-1].type == "function_call"
+        self.paused = paused
+        self.session_id = self.sim.last("/v1/responses").json["session_id"]
+        return paused
+
+    def come_back(self) -> Response:
+        self.sim.push(Reply("done with the weather"))
+        back: Response = self.client.responses.create(
+            model="sim-model",
+            input=[{"type": "function_call_output", "call_id": "call_kw", "output": "sunny"}],
+            previous_response_id=self.paused.id,
+            tools=TOOLS,
+        )
+        return back
+
+
+def resident(admin: httpx.Client, response_id: str, replica: str) -> int:
+    view = admin.get(f"/responses/{response_id}/residency").json()
+    return sum(r["resident_tokens"] for r in view["replicas"] if r["replica"] == replica)
+
+
+def evict(server: RunningServer, sim: SimServer, *behaviors: Any) -> None:
+    """Another tenant's long prompt: more than the cache holds, so the paused prefix goes."""
+    sim.push(*behaviors)
+    other = server.client(create_tenant(server.db_url), timeout=20)
+    other.responses.create(model="sim-model", input=words("busy", 300))
+
+
+@contextmanager
+def admin_client(server: RunningServer) -> Iterator[httpx.Client]:
+    key = create_admin_key(server.db_url)
+    with httpx.Client(
+        base_url=f"{server.url}/admin/v1", headers={"Authorization": f"Bearer {key}"}, timeout=20
+    ) as http:
+        yield http
+
+
+def paused_and_seen(agent: Agent, admin: httpx.Client, replica: str) -> Response:
+    paused = agent.pause()
+    eventually(lambda: resident(admin, paused.id, replica) > 0, "the paused prefix resident")
+    time.sleep(0.3)  # a few of the loop's ticks: it has seen the prefix resident
+    return paused
+
+
+def full_blocks(tokens: int) -> int:
+    return tokens // BLOCK * BLOCK
+
+
+def test_an_evicted_paused_agent_is_rewarmed_and_comes_back_warm(
+    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+) -> None:
+    paid_before = metric("agentic_keep_warm_rewarms_total", outcome="paid_off")
+    tokens_before = metric("agentic_keep_warm_tokens_total")
+    with (
+        keep_warm_server(
+            backend,
+            fresh_db,
+            kv_sim,
+            replica,
+            tmp_path,
+            keep_warm_replica_metrics={replica: f"{kv_sim.url}/metrics"},
+        ) as server,
+        admin_client(server) as admin,
+    ):
+        tenant = create_tenant(server.db_url)
+        agent = Agent(server.client(tenant, timeout=20), kv_sim)
+        paused = paused_and_seen(agent, admin, replica)
+        turn = kv_sim.last("/v1/responses")
+        evict(server, kv_sim)
+        eventually(lambda: bool(rewarms(kv_sim, agent.session_id)), "a re-warm")
+        (sent,) = rewarms(kv_sim, agent.session_id)
+        # The next turn's routing coordinates: its session header and body fields, salt.
+        assert sent.headers["x-session-id"] == turn.headers["x-session-id"]
+        assert sent.json["cache_salt"] == turn.json["cache_salt"]
+        assert sent.json["tools"] == turn.json["tools"]
+        assert sent.json["input"][: len(turn.json["input"])] == turn.json["input"]
+        eventually(lambda: resident(admin, paused.id, replica) > 0, "the prefix back")
+
+        back = agent.come_back()
+        assert back.usage is not None and paused.usage is not None
+        assert back.usage.input_tokens_details.cached_tokens >= full_blocks(
+            paused.usage.input_tokens
+        )
+        lineage = admin.get(f"/responses/{back.id}/lineage").json()
+        first, second = lineage["ancestors"]
+        (record,) = first["rewarms"]
+        assert record["outcome"] == "paid_off" and record["replica"] == replica
+        assert record["reason"] == "evicted while paused"
+        assert record["pressure_checked"] is True
+        assert record["spent_tokens"] > 0
+        assert record["next_cached_tokens"] == back.usage.input_tokens_details.cached_tokens
+        assert second["rewarms"] == []
+        # Nothing of the re-warm was stored: the tenant has its two turns.
+        assert [turn["id"] for turn in lineage["ancestors"]] == [paused.id, back.id]
+    assert metric("agentic_keep_warm_rewarms_total", outcome="paid_off") == paid_before + 1
+    assert metric("agentic_keep_warm_tokens_total") == tokens_before + record["spent_tokens"]
+
+
+def test_without_keep_warm_the_same_return_is_cold(
+    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+) -> None:
+    # The control of the test above.
+    with (
+        keep_warm_server(
+            backend, fresh_db, kv_sim, replica, tmp_path, keep_warm_enabled=False
+        ) as server,
+        admin_client(server) as admin,
+    ):
+        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+        paused = paused_and_seen(agent, admin, replica)
+        evict(server, kv_sim)
+        eventually(lambda: resident(admin, paused.id, replica) == 0, "the prefix evicted")
+        time.sleep(0.3)
+        back = agent.come_back()
+        assert rewarms(kv_sim, agent.session_id) == []
+    assert back.usage is not None and paused.usage is not None
+    assert back.usage.input_tokens_details.cached_tokens < full_blocks(paused.usage.input_tokens)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "reason"),
+    [
+        ({"keep_warm_tenant_tokens_per_minute": 50}, "tenant_budget"),
+        ({"keep_warm_tokens_per_minute": 50}, "budget"),
+    ],
+)
+def test_a_rewarm_past_a_budget_is_not_sent(
+    bounds: dict[str, int],
+    reason: str,
+    backend: str,
+    fresh_db: str,
+    kv_sim: SimServer,
+    replica: str,
+    tmp_path: Path,
+) -> None:
+    skipped_before = metric("agentic_keep_warm_skipped_total", reason=reason)
+    with (
+        keep_warm_server(backend, fresh_db, kv_sim, replica, tmp_path, **bounds) as server,
+        admin_client(server) as admin,
+    ):
+        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+        paused = paused_and_seen(agent, admin, replica)
+        evict(server, kv_sim)
+        eventually(
+            lambda: metric("agentic_keep_warm_skipped_total", reason=reason) > skipped_before,
+            f"a skip for {reason}",
+        )
+        time.sleep(0.3)
+        assert rewarms(kv_sim, agent.session_id) == []
+        assert resident(admin, paused.id, replica) == 0
+    # Counted once per pause, however many ticks saw it over budget.
+    assert metric("agentic_keep_warm_skipped_total", reason=reason) == skipped_before + 1
+
+
+def test_a_session_paused_past_the_ttl_is_forgotten(
+    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+) -> None:
+    ttl_before = metric("agentic_keep_warm_skipped_total", reason="ttl")
+    with (
+        keep_warm_server(
+            backend, fresh_db, kv_sim, replica, tmp_path, keep_warm_ttl_seconds=0.5
+        ) as server,
+        admin_client(server) as admin,
+    ):
+        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+        paused_and_seen(agent, admin, replica)
+        eventually(
+            lambda: metric("agentic_keep_warm_skipped_total", reason="ttl") > ttl_before,
+            "the pause forgotten",
+        )
+        evict(server, kv_sim)
+        time.sleep(0.5)
+        assert rewarms(kv_sim, agent.session_id) == []
+
+
+def test_no_rewarm_while_the_replica_is_under_pressure(
+    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+) -> None:
+    pressure_before = metric("agentic_keep_warm_skipped_total", reason="pressure")
+    with (
+        keep_warm_server(
+            backend,
+            fresh_db,
+            kv_sim,
+            replica,
+            tmp_path,
+            keep_warm_replica_metrics={replica: f"{kv_sim.url}/metrics"},
+        ) as server,
+        admin_client(server) as admin,
+    ):
+        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+        paused_and_seen(agent, admin, replica)
+        kv_sim.state.load = (2.0, 0.3)  # two requests waiting for the scheduler
+        evict(server, kv_sim)
+        eventually(
+            lambda: metric("agentic_keep_warm_skipped_total", reason="pressure") > pressure_before,
+            "a skip for pressure",
+        )
+        time.sleep(0.3)
+        assert rewarms(kv_sim, agent.session_id) == []
+        kv_sim.state.load = (0.0, 0.95)  # running requests hold most of the cache
+        time.sleep(0.3)
+        assert rewarms(kv_sim, agent.session_id) == []
+        kv_sim.state.load = (0.0, 0.2)  # the pressure is gone: it goes now
+        eventually(lambda: bool(rewarms(kv_sim, agent.session_id)), "the re-warm")
+
+
+def test_a_rewarm_in_flight_is_cancelled_when_the_agent_comes_back(
+    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+) -> None:
+    cancelled_before = metric("agentic_keep_warm_rewarms_total", outcome="cancelled")
+    with (
+        keep_warm_server(backend, fresh_db, kv_sim, replica, tmp_path) as server,
+        admin_client(server) as admin,
+    ):
+        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+        paused_and_seen(agent, admin, replica)
+        # The other tenant's turn answers; the re-warm after it hangs in the "engine".
+        evict(server, kv_sim, Reply("busy"), Hang())
+        eventually(lambda: bool(rewarms(kv_sim, agent.session_id)), "a re-warm sent")
+        back = agent.come_back()
+        assert back.status == "completed"
+        eventually(lambda: len(kv_sim.aborted) == 1, "the re-warm aborted upstream")
+        (aborted,) = kv_sim.aborted
+        assert aborted.json.get("max_output_tokens") == 1
+        first = admin.get(f"/responses/{back.id}/lineage").json()["ancestors"][0]
+        (record,) = first["rewarms"]
+        assert record["outcome"] == "cancelled" and record["spent_tokens"] == 0
+    assert metric("agentic_keep_warm_rewarms_total", outcome="cancelled") == cancelled_before + 1
+
+
+@pytest.mark.parametrize(
+    ("pause_on", "rewarmed"), [("function_call", False), ("tools_offered", True)]
+)
+def test_a_text_answer_pauses_only_when_offering_tools_is_the_rule(
+    pause_on: str,
+    rewarmed: bool,
+    backend: str,
+    fresh_db: str,
+    kv_sim: SimServer,
+    replica: str,
+    tmp_path: Path,
+) -> None:
+    with (
+        keep_warm_server(
+            backend, fresh_db, kv_sim, replica, tmp_path, keep_warm_pause_on=pause_on
+        ) as server,
+        admin_client(server) as admin,
+    ):
+        client = server.client(create_tenant(server.db_url), timeout=20)
+        kv_sim.push(Reply("I will look that up."))
+        answered = client.responses.create(model="sim-model", input=words("task", 120), tools=TOOLS)
+        session_id = kv_sim.last("/v1/responses").json["session_id"]
+        eventually(lambda: resident(admin, answered.id, replica) > 0, "the prefix resident")
+        time.sleep(0.3)
+        evict(server, kv_sim)
+        if rewarmed:
+            eventually(lambda: bool(rewarms(kv_sim, session_id)), "a re-warm")
+        else:
+            eventually(lambda: resident(admin, answered.id, replica) == 0, "the prefix evicted")
+            time.sleep(0.3)
+            assert rewarms(kv_sim, session_id) == []
+
+
+@pytest.mark.parametrize("cap", [1, 2])
+def test_rewarms_per_pause_are_capped(
+    cap: int, backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+) -> None:
+    with (
+        keep_warm_server(
+            backend, fresh_db, kv_sim, replica, tmp_path, keep_warm_max_rewarms_per_pause=cap
+        ) as server,
+        admin_client(server) as admin,
+    ):
+        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+        paused = paused_and_seen(agent, admin, replica)
+        evict(server, kv_sim)
+        eventually(lambda: len(rewarms(kv_sim, agent.session_id)) == 1, "a first re-warm")
+        eventually(lambda: resident(admin, paused.id, replica) > 0, "the prefix back")
+        time.sleep(0.3)
+        evict(server, kv_sim)  # evicted again while still paused
+        if cap == 1:
+            eventually(lambda: resident(admin, paused.id, replica) == 0, "evicted again")
+            time.sleep(0.5)
+            assert len(rewarms(kv_sim, agent.session_id)) == 1
+        else:
+            eventually(lambda: len(rewarms(kv_sim, agent.session_id)) == 2, "a second re-warm")
+        agent.come_back()
+        records = admin.get(f"/responses/{paused.id}/lineage").json()["ancestors"][0]["rewarms"]
+        # The first re-warm's blocks went before the agent came back: it did not pay off.
+        assert records[0]["outcome"] == "wasted"
+        assert len(records) == cap
