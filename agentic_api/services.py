@@ -55,6 +55,10 @@ class Services:
     session_tags: SessionTags = field(default_factory=SessionTags)
     residency: ResidencyTracker | None = None
     kv_events: KvEventSubscriber | None = None
+    # Per model, the sampling values the upstream applied where a client left them open
+    # (its defaults), learned from its answers: a stream then opens as soon as the
+    # upstream accepts, its snapshots already carrying them (turns/runner/relay.py).
+    sampling_defaults: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)

@@ -65,6 +65,7 @@ async def _round(
             async with upstream.stream_response(body, headers) as stream:
                 accepted = True
                 run.accepted()
+                run.show_start_early()
                 failure = await pump(stream.events(), relay, on_event)
         except ApiError as exc:
             if not accepted and not run.begun:
