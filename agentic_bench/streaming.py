@@ -73,6 +73,8 @@ class StreamRecord:
     error: str | None = None
     http_status: int | None = None
     ttfb_ms: float | None = None
+    # The first event (response.created): how soon a client knows its response started.
+    first_event_ms: float | None = None
     ttft_ms: float | None = None
     last_delta_ms: float | None = None
     terminal_ms: float | None = None
@@ -196,6 +198,8 @@ def _take(record: StreamRecord, data: bytes, now: float) -> None:
         record.error = record.error or f"an event that is not a typed JSON object: {data[:80]!r}"
         return
     record.events += 1
+    if record.first_event_ms is None:
+        record.first_event_ms = now
     if record.terminal is not None:
         record.error = record.error or f"{kind} after the terminal event"
     if kind == DELTA:
@@ -351,7 +355,7 @@ def summarize(
             "wall_s": wall,
             "deltas_per_s": deltas / wall if wall else float("nan"),
         }
-        for key in ("ttfb", "ttft", "tail", "total"):
+        for key in ("ttfb", "first_event", "ttft", "tail", "total"):
             values = [getattr(rec, f"{key}_ms") for rec in ok]
             row[f"{key}_p50_ms"] = _p(values, 50)
             row[f"{key}_p95_ms"] = _p(values, 95)
