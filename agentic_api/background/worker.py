@@ -17,7 +17,6 @@ is recovered by any process's sweep, by this rule:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import socket
@@ -56,6 +55,19 @@ log = get_logger("agentic_api.background.worker")
 
 MAX_ATTEMPTS = 3
 PRUNE_EVERY_SECONDS = 60.0
+# An idle worker's look at the queue costs a read transaction (~2 ms of CPU here); at
+# AGENTIC_BACKGROUND_POLL_SECONDS (0.5 s) that was most of an idle server's CPU. A job
+# enqueued in this process wakes its workers at once (``BackgroundSignals.wakeup``); only
+# one enqueued by another process (an `agentic-api worker` beside `serve`, another HTTP
+# worker whose own workers are busy) needs the poll, which neither SQLite nor our
+# PostgreSQL use can replace with a notification today. So the poll stays, and each
+# empty look doubles the wait before the next, up to this many poll intervals.
+IDLE_POLL_GROWTH = 8
+
+
+def next_idle_wait(waited: float, poll_seconds: float) -> float:
+    """The wait after an empty look at the queue that followed a wait of ``waited``."""
+    return min(waited * 2, poll_seconds * IDLE_POLL_GROWTH)
 
 
 def worker_lost(reason: str) -> ApiError:
@@ -107,6 +119,7 @@ class BackgroundWorkers:
     async def _work(self, worker_id: str) -> None:
         wakeup = self.services.background.wakeup
         poll = self.services.settings.background_poll_seconds
+        wait = poll
         while not self._stopping:
             try:
                 job = await self._claim(worker_id)
@@ -121,9 +134,13 @@ class BackgroundWorkers:
                     log_step_failure(
                         log, "background job crashed", exc, response_id=job.response_id
                     )
+                wait = poll
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), poll)
+            try:
+                await asyncio.wait_for(wakeup.wait(), wait)
+                wait = poll
+            except TimeoutError:
+                wait = next_idle_wait(wait, poll)
             if not self._stopping:
                 wakeup.clear()
 
