@@ -86,6 +86,10 @@ class StreamRecord:
     output_tokens: int | None = None
 
 
+# Below every server's keep-alive timeout (see ``StreamTarget.session``).
+KEEPALIVE_S = 2.0
+
+
 class SseSplitter:
     """Cuts an SSE byte stream into the data of its events (as bytes, lines joined)."""
 
@@ -131,7 +135,11 @@ class StreamTarget:
                 headers["authorization"] = f"Bearer {self.api_key}"
             self._session = aiohttp.ClientSession(
                 headers=headers,
-                connector=aiohttp.TCPConnector(limit=0),
+                # Idle connections are dropped before a server's keep-alive would close
+                # them (uvicorn: 5 s): a round that reused one the server was closing at
+                # that moment failed with ServerDisconnectedError before the response
+                # head (seen at 32 streams with four targets taking turns).
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
             )
         return self._session
