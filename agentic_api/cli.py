@@ -221,7 +221,6 @@ def serve(
     if plan.count == 1:
         # Imported here only: a supervisor of several workers never builds an app.
         from agentic_api.app import create_app
-
         from agentic_api.http.quiet_server import QuietServer
 
         # uvicorn.run's single-process path, with a server whose idle loop is quieter.

@@ -82,9 +82,10 @@ def test_the_model_defaults_are_learned_once_and_open_later_streams_at_once(
 
         # First turn: nothing learned, so the stream opens on the upstream's snapshot.
         sim.push(Reply("first"))
-        first = [e.model_dump() for e in client.responses.create(
-            model=sim.config.model, input="hi", stream=True
-        )]
+        first = [
+            e.model_dump()
+            for e in client.responses.create(model=sim.config.model, input="hi", stream=True)
+        ]
         assert first[0]["type"] == "response.created"
         assert (first[0]["response"]["temperature"], first[0]["response"]["top_p"]) == (0.7, 0.8)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 
 import httpx
 import pytest
@@ -29,17 +30,28 @@ async def test_an_exit_signal_stops_the_server_without_waiting_for_its_tick(
     monkeypatch.setattr(quiet_server, "_TICK_SECONDS", 3600.0)
     port = free_port()
     app = Starlette(routes=[Route("/", hello)])
-    server = QuietServer(uvicorn.Config(app, port=port, log_level="warning", lifespan="off"))
+    server = _Observed(uvicorn.Config(app, port=port, log_level="warning", lifespan="off"))
     # Signals are the caller's here (uvicorn installs handlers only for its own run()).
     monkeypatch.setattr(server, "capture_signals", _no_signals)
     serving = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(server.listening.wait(), timeout=10)
     async with httpx.AsyncClient() as client:
         response = await client.get(f"http://127.0.0.1:{port}/")
     assert response.text == "hi" and "date" in response.headers
     server.handle_exit(signal.SIGTERM, None)
     await asyncio.wait_for(serving, timeout=10)
+
+
+class _Observed(QuietServer):
+    """Says when it listens."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.listening.set()
 
 
 class _NoSignals:
