@@ -90,6 +90,9 @@ class BackgroundWorkers:
         self._stopping = False
         self._workers: list[asyncio.Task[None]] = []
         self._sweeper: asyncio.Task[None] | None = None
+        # Jobs this process's workers are running: while one of them is idle, its own
+        # looks at the queue keep the depth gauge current, and the sweep need not.
+        self._running = 0
 
     def start(self) -> None:
         prefix = f"{socket.gethostname()}:{os.getpid()}"
@@ -127,6 +130,7 @@ class BackgroundWorkers:
                 log_step_failure(log, "could not claim a background job", exc)
                 job = None
             if job is not None:
+                self._running += 1
                 try:
                     await run_job(self.services, job)
                 except Exception as exc:
@@ -134,6 +138,8 @@ class BackgroundWorkers:
                     log_step_failure(
                         log, "background job crashed", exc, response_id=job.response_id
                     )
+                finally:
+                    self._running -= 1
                 wait = poll
                 continue
             try:
@@ -164,9 +170,11 @@ class BackgroundWorkers:
         pruned = float("-inf")
         while not self._stopping:
             try:
-                # Also here, so the gauge stays current while every worker is busy.
-                async with self.services.db.read() as session:
-                    BACKGROUND_QUEUE_DEPTH.set(await JobRepository(session).queued_count())
+                # Also here, so the gauge stays current while every worker is busy (or
+                # there is none); an idle one reads it with each look at the queue.
+                if self._running >= self.count:
+                    async with self.services.db.read() as session:
+                        BACKGROUND_QUEUE_DEPTH.set(await JobRepository(session).queued_count())
                 await recover_expired(self.services)
                 if time.monotonic() - pruned >= PRUNE_EVERY_SECONDS:
                     retention = timedelta(seconds=settings.token_artifact_retention_seconds)
