@@ -170,6 +170,7 @@ def serve(
     """Run the HTTP server."""
     import uvicorn
     from pydantic import ValidationError
+    from uvicorn.config import STARTUP_FAILURE
 
     from agentic_api.http.protocol import CoalescingHttpToolsProtocol
 
@@ -220,8 +221,14 @@ def serve(
     if plan.count == 1:
         # Imported here only: a supervisor of several workers never builds an app.
         from agentic_api.app import create_app
+        from agentic_api.http.quiet_server import QuietServer
 
-        uvicorn.run(create_app(settings), **common)
+        # uvicorn.run's single-process path, with a server whose idle loop is quieter.
+        server = QuietServer(uvicorn.Config(create_app(settings), **common))
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+        if not server.started:
+            sys.exit(STARTUP_FAILURE)
         return
     # Several processes: prepare what they share once, here, then let each build its app
     # from the same environment (uvicorn re-imports the factory in every worker).

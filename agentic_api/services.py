@@ -58,6 +58,10 @@ class Services:
     kv_events: KvEventSubscriber | None = None
     # Paused sessions kept warm (None unless AGENTIC_KEEP_WARM_ENABLED).
     keep_warm: KeepWarm | None = None
+    # Per model, the sampling values the upstream applied where a client left them open
+    # (its defaults), learned from its answers: a stream then opens as soon as the
+    # upstream accepts, its snapshots already carrying them (turns/runner/relay.py).
+    sampling_defaults: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)

@@ -145,8 +145,9 @@ class Settings(BaseSettings):
     background_poll_seconds: float = Field(
         0.5,
         gt=0,
-        description="How often an idle worker looks for queued jobs, and a running job for "
-        "a cancel made through another process.",
+        description="How often an idle worker looks for queued jobs (each empty look doubles "
+        "the wait, up to 8 times this; a job enqueued in the same process wakes it at once), "
+        "and a running job for a cancel made through another process.",
     )
     lease_seconds: float = Field(
         30.0,

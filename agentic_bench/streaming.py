@@ -73,6 +73,8 @@ class StreamRecord:
     error: str | None = None
     http_status: int | None = None
     ttfb_ms: float | None = None
+    # The first event (response.created): how soon a client knows its response started.
+    first_event_ms: float | None = None
     ttft_ms: float | None = None
     last_delta_ms: float | None = None
     terminal_ms: float | None = None
@@ -82,6 +84,10 @@ class StreamRecord:
     events: int = 0
     terminal: str | None = None
     output_tokens: int | None = None
+
+
+# Below every server's keep-alive timeout (see ``StreamTarget.session``).
+KEEPALIVE_S = 2.0
 
 
 class SseSplitter:
@@ -129,7 +135,11 @@ class StreamTarget:
                 headers["authorization"] = f"Bearer {self.api_key}"
             self._session = aiohttp.ClientSession(
                 headers=headers,
-                connector=aiohttp.TCPConnector(limit=0),
+                # Idle connections are dropped before a server's keep-alive would close
+                # them (uvicorn: 5 s): a round that reused one the server was closing at
+                # that moment failed with ServerDisconnectedError before the response
+                # head (seen at 32 streams with four targets taking turns).
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
             )
         return self._session
@@ -196,6 +206,8 @@ def _take(record: StreamRecord, data: bytes, now: float) -> None:
         record.error = record.error or f"an event that is not a typed JSON object: {data[:80]!r}"
         return
     record.events += 1
+    if record.first_event_ms is None:
+        record.first_event_ms = now
     if record.terminal is not None:
         record.error = record.error or f"{kind} after the terminal event"
     if kind == DELTA:
@@ -351,7 +363,7 @@ def summarize(
             "wall_s": wall,
             "deltas_per_s": deltas / wall if wall else float("nan"),
         }
-        for key in ("ttfb", "ttft", "tail", "total"):
+        for key in ("ttfb", "first_event", "ttft", "tail", "total"):
             values = [getattr(rec, f"{key}_ms") for rec in ok]
             row[f"{key}_p50_ms"] = _p(values, 50)
             row[f"{key}_p95_ms"] = _p(values, 95)

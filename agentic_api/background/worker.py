@@ -17,7 +17,6 @@ is recovered by any process's sweep, by this rule:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import socket
@@ -56,6 +55,19 @@ log = get_logger("agentic_api.background.worker")
 
 MAX_ATTEMPTS = 3
 PRUNE_EVERY_SECONDS = 60.0
+# An idle worker's look at the queue costs a read transaction (~2 ms of CPU here); at
+# AGENTIC_BACKGROUND_POLL_SECONDS (0.5 s) that was most of an idle server's CPU. A job
+# enqueued in this process wakes its workers at once (``BackgroundSignals.wakeup``); only
+# one enqueued by another process (an `agentic-api worker` beside `serve`, another HTTP
+# worker whose own workers are busy) needs the poll, which neither SQLite nor our
+# PostgreSQL use can replace with a notification today. So the poll stays, and each
+# empty look doubles the wait before the next, up to this many poll intervals.
+IDLE_POLL_GROWTH = 8
+
+
+def next_idle_wait(waited: float, poll_seconds: float) -> float:
+    """The wait after an empty look at the queue that followed a wait of ``waited``."""
+    return min(waited * 2, poll_seconds * IDLE_POLL_GROWTH)
 
 
 def worker_lost(reason: str) -> ApiError:
@@ -78,6 +90,9 @@ class BackgroundWorkers:
         self._stopping = False
         self._workers: list[asyncio.Task[None]] = []
         self._sweeper: asyncio.Task[None] | None = None
+        # Jobs this process's workers are running: while one of them is idle, its own
+        # looks at the queue keep the depth gauge current, and the sweep need not.
+        self._running = 0
 
     def start(self) -> None:
         prefix = f"{socket.gethostname()}:{os.getpid()}"
@@ -107,6 +122,7 @@ class BackgroundWorkers:
     async def _work(self, worker_id: str) -> None:
         wakeup = self.services.background.wakeup
         poll = self.services.settings.background_poll_seconds
+        wait = poll
         while not self._stopping:
             try:
                 job = await self._claim(worker_id)
@@ -114,6 +130,7 @@ class BackgroundWorkers:
                 log_step_failure(log, "could not claim a background job", exc)
                 job = None
             if job is not None:
+                self._running += 1
                 try:
                     await run_job(self.services, job)
                 except Exception as exc:
@@ -121,9 +138,15 @@ class BackgroundWorkers:
                     log_step_failure(
                         log, "background job crashed", exc, response_id=job.response_id
                     )
+                finally:
+                    self._running -= 1
+                wait = poll
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wakeup.wait(), poll)
+            try:
+                await asyncio.wait_for(wakeup.wait(), wait)
+                wait = poll
+            except TimeoutError:
+                wait = next_idle_wait(wait, poll)
             if not self._stopping:
                 wakeup.clear()
 
@@ -147,9 +170,11 @@ class BackgroundWorkers:
         pruned = float("-inf")
         while not self._stopping:
             try:
-                # Also here, so the gauge stays current while every worker is busy.
-                async with self.services.db.read() as session:
-                    BACKGROUND_QUEUE_DEPTH.set(await JobRepository(session).queued_count())
+                # Also here, so the gauge stays current while every worker is busy (or
+                # there is none); an idle one reads it with each look at the queue.
+                if self._running >= self.count:
+                    async with self.services.db.read() as session:
+                        BACKGROUND_QUEUE_DEPTH.set(await JobRepository(session).queued_count())
                 await recover_expired(self.services)
                 if time.monotonic() - pruned >= PRUNE_EVERY_SECONDS:
                     retention = timedelta(seconds=settings.token_artifact_retention_seconds)

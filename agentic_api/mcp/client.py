@@ -17,18 +17,24 @@ message, log line or stored object here carries them.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx2
-from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
-from mcp_types import CallToolResult
+
+if TYPE_CHECKING:
+    # The MCP SDK (and its HTTP client) is imported by the first turn that opens a
+    # session, not by every server process: it is ~27 MiB resident, which a server whose
+    # clients never name an MCP tool would carry for nothing.
+    import httpx2
+    from mcp import Client
+    from mcp_types import CallToolResult
 
 from agentic_api import tracing
 from agentic_api.errors import ApiError
@@ -49,6 +55,17 @@ INTERNAL_ERROR = -32603
 _MAX_LIST_PAGES = 20
 # Closing a session sends a DELETE; a server that does not answer must not hold the turn.
 _CLOSE_SECONDS = 5.0
+
+
+_SDK_MODULES = ("httpx2", "mcp", "mcp.client.streamable_http")
+
+
+async def load_sdk() -> None:
+    """Imports the MCP SDK, once per process, in a thread: it takes a second or more on
+    a loaded machine, which on the event loop would stall every other stream."""
+    for name in _SDK_MODULES:
+        if name not in sys.modules:
+            await asyncio.to_thread(importlib.import_module, name)
 
 
 @dataclass(frozen=True)
@@ -133,6 +150,7 @@ class McpConnection:
         self._http_status: int | None = None
 
     async def open(self) -> None:
+        await load_sdk()
         self._closing = asyncio.Event()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._runner = asyncio.create_task(self._hold(ready))
@@ -147,6 +165,10 @@ class McpConnection:
             raise
 
     async def _hold(self, ready: asyncio.Future[None]) -> None:
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
         try:
             async with (
                 httpx2.AsyncClient(
@@ -248,6 +270,8 @@ class McpConnection:
         except TimeoutError:
             return CallOutcome(None, timed_out, time.monotonic() - started)
         except Exception as exc:
+            from mcp import MCPError
+
             leaf = _leaf(exc)
             if isinstance(leaf, MCPError) and leaf.code == REQUEST_TIMEOUT:
                 return CallOutcome(None, timed_out, time.monotonic() - started)
@@ -281,6 +305,9 @@ class McpConnection:
         return CallOutcome(text, None, seconds)
 
     def _call_error(self, exc: Exception) -> dict[str, Any]:
+        import httpx2
+        from mcp import MCPError
+
         leaf = _leaf(exc)
         if self._http_status is not None:
             return wire.http_error(self._http_status, _http_reason(self._http_status))
@@ -308,6 +335,8 @@ class McpConnection:
         elif self._http_status is not None:
             reason = f"HTTP status {self._http_status}"
         else:
+            from mcp import MCPError
+
             leaf = _leaf(exc)
             reason = _short(leaf.message) if isinstance(leaf, MCPError) else f"{_kind(leaf)}"
         log.warning("mcp list tools failed", server_label=label, reason=reason)

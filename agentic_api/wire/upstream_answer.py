@@ -37,6 +37,16 @@ _USAGE_DETAILS = (
 )
 
 
+def surely_shallow(text: str) -> bool:
+    """Whether JSON ``text`` cannot nest deeper than an event may (``EventCheck``),
+    told from the text alone: each level opens a bracket and closes it, so a text with
+    few brackets, or too short to hold that many pairs, is within the limit whatever it
+    says (brackets inside strings only count against it). Every delta is answered by its
+    length; the walk over the parsed event it spares was most of the check's cost."""
+    limit = MAX_ANSWER_DEPTH + 1
+    return len(text) <= 2 * limit + 1 or text.count("{") + text.count("[") <= limit
+
+
 def final_problem(final: Any) -> str | None:
     """Why ``final`` (the upstream's final Response object) is not well-formed, or None."""
     if not isinstance(final, dict):
@@ -120,13 +130,14 @@ class EventCheck:
         self._indices: set[int] = set()
         self._item_ids: set[str] = set()
 
-    def problem(self, event: Any) -> str | None:
+    def problem(self, event: Any, *, shallow: bool = False) -> str | None:
+        """``shallow``: its text was found ``surely_shallow``, so its depth is not walked."""
         if not isinstance(event, dict):
             return "an event is not an object"
         kind = event.get("type")
         if not isinstance(kind, str) or not kind:
             return "an event has no 'type'"
-        if json_depth(event) > MAX_ANSWER_DEPTH + 1:
+        if not shallow and json_depth(event) > MAX_ANSWER_DEPTH + 1:
             return f"a {kind} event is nested deeper than {MAX_ANSWER_DEPTH} levels"
         if kind in TERMINAL_EVENTS:
             problem = final_problem(event.get("response"))

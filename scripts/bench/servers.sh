@@ -6,7 +6,12 @@
 #
 # Reads DB (sqlite | postgres), WORKERS, PEER and BASE_PORT (see the scripts); sets
 # SIM_PORT, OURS_PORT, PEER_PORT, KEY (a fresh tenant's API key), OURS_PID, PEER_PID and
-# `targets` (the bench's --target and --pid arguments).
+# `targets` (the bench's --target, --pid and, for `before`, --api-key arguments).
+#
+# BEFORE=DIR (SQLite only) adds a target `before` on BASE_PORT + 3: our server run from
+# another source tree (e.g. `git worktree add DIR main`, or `git archive main | tar -x -C
+# DIR`), with this checkout's venv, so that a change is measured against what it changes
+# in the same run, rounds rotating, rather than in two runs at different loads.
 
 wait_http() {
   for _ in $(seq 1 100); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.2; done
@@ -53,6 +58,20 @@ start_servers() {
   wait_http "http://127.0.0.1:$OURS_PORT/health"
 
   targets=(--target "ours=http://127.0.0.1:$OURS_PORT" --pid "ours=$OURS_PID")
+  if [[ -n "${BEFORE:-}" ]]; then
+    [[ "$DB" == "sqlite" ]] || { echo "BEFORE needs DB=sqlite" >&2; return 1; }
+    local before_port=$((BASE_PORT + 3)) before_key before_pid
+    before_key=$(AGENTIC_DATA_DIR=$WORK/before PYTHONPATH=$BEFORE .venv/bin/agentic-api \
+      tenant create bench | sed -n "s/^api key (shown once): //p")
+    # PYTHONPATH comes before the editable install's finder: the other tree's package runs.
+    AGENTIC_DATA_DIR=$WORK/before AGENTIC_PORT=$before_port PYTHONPATH=$BEFORE \
+      .venv/bin/agentic-api serve >"$WORK/before.log" 2>&1 &
+    before_pid=$!
+    BENCH_PIDS+=($before_pid)
+    wait_http "http://127.0.0.1:$before_port/health"
+    targets+=(--target "before=http://127.0.0.1:$before_port" --pid "before=$before_pid"
+      --api-key "before=$before_key")
+  fi
   PEER_PID=
   if [[ -n "$PEER" && -x "$PEER/bin/agentic-server" ]]; then
     mkdir -p "$WORK/peer/home"

@@ -6,7 +6,8 @@
 #   scripts/bench/streaming.sh [NAME] [STREAMS] [OUTPUT_TOKENS] [DECODE_S_PER_TOKEN] [ROUNDS]
 #
 # DECODE_S_PER_TOKEN: the simulator's decode time per generated token (0.005 = 200 tokens/s
-# per stream, real time; 0 = as fast as it can). Env: OUT (default docs/benchmarks/streaming), DB
+# per stream, real time; 0 = as fast as it can). Env: PREFILL (the simulator's prefill time
+# per uncached prompt token, default 0.00005), OUT (default docs/benchmarks/streaming), DB
 # (sqlite | postgres; default sqlite), WORKERS (our HTTP workers, default auto: the
 # server's own default), PEER (default:
 # ~/.cache/agentic-api/peer-venv, set to "" to leave it out; install: python3 -m venv DIR &&
@@ -28,7 +29,8 @@ BASE_PORT=${BASE_PORT:-18720}
 source scripts/bench/servers.sh
 # Every reply is TOKENS text tokens (one delta each) and the end-of-sequence token.
 start_servers agentic-bench-streaming agentic_bench_streaming \
-  --decode-seconds-per-token "$DECODE" --default-reply-tokens "$TOKENS"
+  --decode-seconds-per-token "$DECODE" --default-reply-tokens "$TOKENS" \
+  --prefill-seconds-per-token "${PREFILL:-0.00005}"
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 .venv/bin/agentic-api bench streaming --direct "http://127.0.0.1:$SIM_PORT" "${targets[@]}" \

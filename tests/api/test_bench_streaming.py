@@ -219,6 +219,7 @@ def test_streams_direct_and_through_our_server_count_every_delta(
                 t
                 for t in (
                     record.ttfb_ms,
+                    record.first_event_ms,
                     record.ttft_ms,
                     record.last_delta_ms,
                     record.terminal_ms,
@@ -226,7 +227,7 @@ def test_streams_direct_and_through_our_server_count_every_delta(
                 )
                 if t is not None
             ]
-            assert len(times) == 5 and times == sorted(times)
+            assert len(times) == 6 and times == sorted(times)
             assert record.tail_ms is not None and record.tail_ms >= 0
             assert record.total_ms is not None and record.last_delta_ms is not None
             assert record.tail_ms == pytest.approx(record.total_ms - record.last_delta_ms)

@@ -4,6 +4,7 @@ PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -18,6 +19,7 @@ from openai import APIStatusError, BadRequestError, OpenAI
 from openai.types.responses.response_input_param import McpApprovalResponse
 from openai.types.responses.tool_param import Mcp, McpRequireApproval
 
+from agentic_api.mcp.client import load_sdk
 from tests.conftest import RunningServer, app_server, make_database
 from tests.support.databases import drop_pg_database
 from tests.support.mcp_server import McpTestServer, start_mcp_server
@@ -57,6 +59,9 @@ def gateway_db(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def gateway(
     backend: str, gateway_db: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
+    # A process's first MCP session imports the SDK (a second or more on a loaded
+    # machine); these tests time calls and rounds, not that import.
+    asyncio.run(load_sdk())
     with app_server(
         backend,
         gateway_db,

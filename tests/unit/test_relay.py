@@ -113,9 +113,40 @@ def test_snapshots_carry_the_sampling_the_model_server_applied() -> None:
     opening = relay.open_with(
         {"type": "response.created", "response": {"temperature": 0.6, "top_p": 0.9}}
     )
-    # Only what the client left open is adopted, and only before anything was shown.
+    # Only what the client left open is adopted.
     assert [e["response"]["temperature"] for e in opening] == [0.6, 0.6]
     assert [e["response"]["top_p"] for e in opening] == [0.5, 0.5]
-    relay.adopt_sampling({"temperature": 0.1})
-    assert relay.base["temperature"] == 0.6
     assert relay.open_with({"type": "response.created"}) == []
+    # The final object says what was applied, even if the snapshots said otherwise.
+    relay.adopt_sampling({"temperature": 0.1, "top_p": 0.2})
+    assert (relay.base["temperature"], relay.base["top_p"]) == (0.1, 0.5)
+
+
+def test_a_stream_opens_with_the_model_values_learned_from_an_earlier_turn() -> None:
+    learned: dict[str, float] = {}
+    first = StreamRelay({**base(), "temperature": 1.0, "top_p": 1.0}, ("temperature",), learned)
+    # Nothing learned yet: the opening must wait for the upstream's snapshot.
+    assert not first.sampling_known
+    first.open_with({"type": "response.created", "response": {"temperature": 0.6, "top_p": 0.9}})
+    # What the client set (top_p) is the client's, not the model's: not learned.
+    assert learned == {"temperature": 0.6}
+
+    second = StreamRelay({**base(), "temperature": 1.0, "top_p": 0.3}, ("temperature",), learned)
+    assert second.sampling_known
+    opening = second.open_known()
+    assert [e["type"] for e in opening] == ["response.created", "response.in_progress"]
+    assert [(e["response"]["temperature"], e["response"]["top_p"]) for e in opening] == [
+        (0.6, 0.3),
+        (0.6, 0.3),
+    ]
+    assert second.open_known() == [] and second.open_with({"type": "response.created"}) == []
+    # A model server whose defaults changed: the turn ends with what it applied, and the
+    # next turn opens with that.
+    second.adopt_sampling({"temperature": 0.7, "top_p": 0.3})
+    assert second.base["temperature"] == 0.7 and learned == {"temperature": 0.7}
+
+
+def test_a_request_that_sets_every_sampling_field_opens_at_once() -> None:
+    relay = StreamRelay({**base(), "temperature": 0.2, "top_p": 0.4}, ())
+    assert relay.sampling_known
+    assert [e["response"]["temperature"] for e in relay.open_known()] == [0.2, 0.2]

@@ -10,6 +10,7 @@ one, or the default echo reply when the queue is empty. Every behavior has ``del
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -53,6 +54,9 @@ class Reply:
     # ids, as an upstream that stopped reporting them); "short" (one output id missing,
     # so the ids disagree with usage).
     report_tokens: str = "exact"
+    # Streaming: after the response head (the request accepted), send nothing until the
+    # test sets this (a long prefill whose end the test decides). Not in the JSON form.
+    hold: threading.Event | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, init=False)

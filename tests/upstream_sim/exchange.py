@@ -25,6 +25,7 @@ from .behaviors import (
     Fail,
     Hang,
     Malformed,
+    Reply,
     StreamError,
     event_delay_of,
 )
@@ -35,6 +36,9 @@ from .state import RecordedRequest, SimState
 
 # The client of a connection, as uvicorn reports it in scope["client"].
 Client = tuple[str, int] | None
+# A held stream (``Reply.hold``) goes on after this long even if never released, so a
+# test that fails before releasing it cannot leave a thread waiting forever.
+HOLD_LIMIT_SECONDS = 30.0
 
 
 class Runtime:
@@ -178,6 +182,9 @@ class Exchange(Response):
             )
             self.state.update(self.rec, status=200)
             await asyncio.sleep(config.prefill_seconds_per_token * uncached)
+            if isinstance(behavior, Reply) and behavior.hold is not None:
+                # The test's thread sets it; waiting in a thread keeps this loop serving.
+                await asyncio.to_thread(behavior.hold.wait, HOLD_LIMIT_SECONDS)
             await self._play_stream(send, cached)
 
     async def _play_json(self, send: Send, cached: int) -> None:

@@ -59,6 +59,10 @@ class SimConfig:
     # cost per generated token (added to each stream event / to a JSON reply).
     prefill_seconds_per_token: float = 0.0
     decode_seconds_per_token: float = 0.0
+    # The sampling a request that leaves it open gets (vLLM: the model's generation
+    # config), reported in every response object.
+    default_temperature: float = 1.0
+    default_top_p: float = 1.0
     # Whether ``enable_response_messages`` returns token ids (vLLM >= 0.32 does; an older
     # or another server ignores the field and answers null).
     response_messages: bool = True

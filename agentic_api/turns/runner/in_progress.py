@@ -58,7 +58,11 @@ class TurnInProgress:
         # What the turn holds open until it has ended (the tool loop's MCP sessions), so
         # that closing them never delays the terminal event.
         self.held = AsyncExitStack()
-        self.relay = StreamRelay(turn.base, open_sampling(turn.request))
+        self.relay = StreamRelay(
+            turn.base,
+            open_sampling(turn.request),
+            services.sampling_defaults.setdefault(turn.request.model, {}),
+        )
         self.streaming = streams_upstream(turn.request)
         self.meter = TurnMeter(
             model=turn.request.model,
@@ -105,6 +109,20 @@ class TurnInProgress:
             return
         self.accepted()
         for event in self.relay.open_with(first):
+            self.emit(event)
+        if self.after_opening is not None:
+            self.after_opening()
+
+    def show_start_early(self) -> None:
+        """The upstream accepted a streamed round: the client's stream opens now, before
+        the upstream's first event, when every sampling value it would tell is known
+        (the request's, or the model's learned from earlier turns). Else the opening
+        waits for that event (``show_start``), once per model and process."""
+        relay = self.relay
+        if relay.opened or not relay.sampling_known:
+            return
+        self.accepted()
+        for event in relay.open_known():
             self.emit(event)
         if self.after_opening is not None:
             self.after_opening()

@@ -28,11 +28,21 @@ from lineage import IdKind, mint_id
 class StreamRelay:
     """``open_sampling``: the sampling fields the client left open; the relay adopts the
     model server's values for them from its first snapshot (or its final object), so
-    every object shown after that, snapshots included, carries what was applied."""
+    every object shown after that, snapshots included, carries what was applied.
 
-    def __init__(self, base: dict[str, Any], open_sampling: tuple[str, ...] = ()) -> None:
+    ``learned``: the model's values for them from earlier turns (shared, per model, and
+    updated here from every answer). When it holds every open field, the stream need not
+    wait for the upstream's first event to tell them: ``open_known`` opens it at once."""
+
+    def __init__(
+        self,
+        base: dict[str, Any],
+        open_sampling: tuple[str, ...] = (),
+        learned: dict[str, float] | None = None,
+    ) -> None:
         self.base = base
         self.open_sampling = open_sampling
+        self.learned: dict[str, float] = {} if learned is None else learned
         self.response_id: str = base["id"]
         self._next_sequence = 0
         self._ids_by_index: dict[int, str] = {}
@@ -79,9 +89,28 @@ class StreamRelay:
             self._next_sequence -= 1
 
     def adopt_sampling(self, upstream: Any) -> None:
-        """Takes the sampling values the model server applied (see the class)."""
-        if self.open_sampling and not self.opened:
-            self.base = with_sampling(self.base, upstream, self.open_sampling)
+        """Takes the sampling values the model server applied (see the class), and
+        learns them as the model's. Every answer is the truth for the object that ends
+        the turn: a stream opened with learned values that the model server no longer
+        applies (its defaults changed) ends with what it applied."""
+        if self.open_sampling:
+            applied = with_sampling({}, upstream, self.open_sampling)
+            self.learned.update(applied)
+            self.base = {**self.base, **applied} if applied else self.base
+
+    @property
+    def sampling_known(self) -> bool:
+        """Whether every sampling field the client left open has a learned value."""
+        learned = self.learned
+        return all(key in learned for key in self.open_sampling)
+
+    def open_known(self) -> list[dict[str, Any]]:
+        """Our opening events before the upstream's first event (``sampling_known``):
+        the learned values stand in for the ones its snapshot would tell."""
+        if self.opened:
+            return []
+        self.base = with_sampling(self.base, self.learned, self.open_sampling)
+        return self.opening_events()
 
     def opening_events(self) -> list[dict[str, Any]]:
         self.opened = True

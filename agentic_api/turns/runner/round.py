@@ -31,7 +31,7 @@ from agentic_api.turns.runner.in_progress import TurnInProgress
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.upstream.sse import SseEvent
-from agentic_api.wire.upstream_answer import EventCheck, final_problem
+from agentic_api.wire.upstream_answer import EventCheck, final_problem, surely_shallow
 
 
 async def upstream_round(
@@ -67,6 +67,7 @@ async def _round(
             async with upstream.stream_response(body, headers) as stream:
                 accepted = True
                 run.accepted()
+                run.show_start_early()
                 failure = await pump(stream.events(), relay, on_event)
         except ApiError as exc:
             if not accepted and not run.begun:
@@ -105,7 +106,7 @@ async def pump(
                 parsed = orjson.loads(sse.data)
             except orjson.JSONDecodeError:
                 return invalid_answer("an event is not valid JSON")
-            problem = check.problem(parsed)
+            problem = check.problem(parsed, shallow=surely_shallow(sse.data))
             if problem is not None:
                 return invalid_answer(problem)
             handle(parsed)
