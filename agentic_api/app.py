@@ -48,15 +48,15 @@ from agentic_api.http.routes import (
 )
 from agentic_api.log import configure_logging, get_logger
 from agentic_api.metrics import mark_this_process_dead
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.keep_warm import KeepWarmLoop
-from agentic_api.serving.tenants import LOCAL_TENANT_NAME, KeyCache
+from agentic_api.serving.tenants import LOCAL_TENANT_NAME, KeyMemo
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import require_current, upgrade_async
 from agentic_api.storage.tenants import TenantRepository
 from agentic_api.storage.verified_histories import VerifiedHistories
-from agentic_api.upstream.capabilities import TokenCapabilityCache
+from agentic_api.upstream.capabilities import TokenCapabilityMemo
 from agentic_api.upstream.client import UpstreamClient
 
 log = get_logger("agentic_api.app")
@@ -92,7 +92,7 @@ async def build_services(settings: Settings) -> Services:
         db=db,
         upstream=upstream,
         secret=secret,
-        tokens=TokenCapabilityCache(
+        tokens=TokenCapabilityMemo(
             upstream, settings.token_artifacts, block_size=settings.kv_block_size
         ),
         artifacts=RecentArtifacts(int(settings.token_artifact_cache_mb * 2**20)),
@@ -229,7 +229,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         traced = tracing.configure_from_environment()
         services = await build_services(settings)
         app.state.services = services
-        app.state.key_cache = KeyCache()
+        app.state.key_memo = KeyMemo()
         workers = BackgroundWorkers(services, settings.background_workers)
         workers.start()
         start_residency(services)

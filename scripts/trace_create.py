@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("agentic_api.settings", "agentic_api.log", "agentic_api.metrics", "agentic_api.errors"),
     ("agentic_api.wire",),
     ("agentic_api.storage", "agentic_api.upstream", "agentic_api.mcp", "agentic_api.cache"),
-    ("agentic_api.services",),
+    ("agentic_api.runtime",),
     ("agentic_api.turns.data",),
     ("agentic_api.turns.prepare",),
     ("agentic_api.turns.runner",),

@@ -19,7 +19,7 @@ import orjson
 
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
 from agentic_api.idempotency import Claim, stream_outcome
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.storage.database import Database
 from agentic_api.storage.idempotency import Outcome
 from agentic_api.storage.jobs import JobRepository

@@ -34,7 +34,7 @@ from agentic_api.background.queue import fail_job
 from agentic_api.errors import ApiError, Conflict
 from agentic_api.log import get_logger
 from agentic_api.metrics import BACKGROUND_QUEUE_DEPTH, BACKGROUND_RECOVERED
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.storage.fault_log import log_step_failure
 from agentic_api.storage.idempotency import IdempotencyRepository
 from agentic_api.storage.jobs import ClaimedJob, JobRepository

@@ -7,8 +7,8 @@ from fastapi import Request
 from starlette.requests import HTTPConnection
 
 from agentic_api.errors import InvalidRequest, Unauthorized
-from agentic_api.services import Services
-from agentic_api.serving.tenants import KeyCache, TenantContext, authenticate_token, is_admin_key
+from agentic_api.runtime import Services
+from agentic_api.serving.tenants import KeyMemo, TenantContext, authenticate_token, is_admin_key
 
 
 def services_of(connection: HTTPConnection) -> Services:
@@ -38,14 +38,14 @@ def bearer_token(header: str | None) -> str | None:
     return token.strip()
 
 
-async def authenticate(services: Services, cache: KeyCache, header: str | None) -> TenantContext:
-    return await authenticate_token(services, cache, bearer_token(header))
+async def authenticate(services: Services, memo: KeyMemo, header: str | None) -> TenantContext:
+    return await authenticate_token(services, memo, bearer_token(header))
 
 
 async def require_tenant(request: Request) -> TenantContext:
     services = services_of(request)
-    cache: KeyCache = request.app.state.key_cache
-    return await authenticate(services, cache, credential_header(request))
+    memo: KeyMemo = request.app.state.key_memo
+    return await authenticate(services, memo, credential_header(request))
 
 
 async def require_admin(request: Request) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentic_api.log import get_logger
 from agentic_api.metrics import TurnMeter
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.storage.message_turns import MessageTurnRecord, MessageTurnRepository
 from agentic_api.wire.anthropic import MessagesRequest
 from lineage import SessionSource

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from agentic_api.errors import UpstreamError
 from agentic_api.messages.outcome import MessageContext, MessageOutcome, settle
 from agentic_api.metrics import TurnMeter
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.turns.data.caller import Caller
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire.anthropic import MessagesRequest, forwarded_headers

@@ -10,7 +10,7 @@ from typing import Any
 
 from agentic_api import idempotency
 from agentic_api.idempotency import Claim
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.results import Replayed, replayed
 from agentic_api.storage.conversations import ConversationRepository, NewConversationItem
 from agentic_api.storage.idempotency import KeyRef, Outcome

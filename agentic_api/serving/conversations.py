@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.conversation_items import new_items
 from agentic_api.serving.pages import item_page, shown_item
 from agentic_api.storage.conversations import ConversationRepository

@@ -15,7 +15,7 @@ import aiohttp
 from agentic_api.cache.keep_warm import Due, KeepWarm, Pause, Rewarm
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.prewarm import run_prewarm

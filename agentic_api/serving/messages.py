@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentic_api.messages.stream import MessageStream, open_message_stream
 from agentic_api.messages.turn import PreparedMessage, create_message
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 
 
 async def answer_message(services: Services, turn: PreparedMessage) -> bytes | MessageStream:

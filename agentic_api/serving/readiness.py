@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_api.errors import ApiError
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 
 
 async def readiness(services: Services) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from agentic_api.background import queue as background
 from agentic_api.background.follow import follow
 from agentic_api.errors import ApiError, InvalidRequest
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.pages import item_page
 from agentic_api.serving.results import StoredEvents
 from agentic_api.storage.responses import ResponseRepository

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_api.errors import ApiError
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.storage.conversations import ConversationRepository
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.data.prepared import PreparedTurn

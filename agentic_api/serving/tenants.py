@@ -7,13 +7,13 @@ import time
 from dataclasses import dataclass, field
 
 from agentic_api.errors import Unauthorized
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.storage.tenants import TenantRepository, hash_key
 from lineage import mint_cache_salt
 
 LOCAL_TENANT_NAME = "local"
 # Resolved keys are reused this long; a revoked key stops working within this window.
-KEY_CACHE_SECONDS = 5.0
+KEY_MEMO_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,10 @@ class TenantContext:
     cache_salt: str = field(repr=False)
 
 
-class KeyCache:
+class KeyMemo:
+    """Resolved API keys, each for KEY_MEMO_SECONDS (a memo: "cache" in this project
+    means the KV cache)."""
+
     def __init__(self) -> None:
         self._entries: dict[str, tuple[float, TenantContext]] = {}
 
@@ -38,7 +41,7 @@ class KeyCache:
     def put(self, key_hash: str, tenant: TenantContext) -> None:
         if len(self._entries) > 10_000:
             self._entries.clear()
-        self._entries[key_hash] = (time.monotonic() + KEY_CACHE_SECONDS, tenant)
+        self._entries[key_hash] = (time.monotonic() + KEY_MEMO_SECONDS, tenant)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -46,7 +49,7 @@ class KeyCache:
 
 async def authenticate_token(
     services: Services,
-    cache: KeyCache,
+    memo: KeyMemo,
     token: str | None,
     *,
     how_to_send: str = "as 'Authorization: Bearer <key>'",
@@ -61,7 +64,7 @@ async def authenticate_token(
             code="missing_api_key",
         )
     key_hash = hash_key(token)
-    cached = cache.get(key_hash)
+    cached = memo.get(key_hash)
     if cached is not None:
         return cached
     async with services.db.read() as session:
@@ -74,7 +77,7 @@ async def authenticate_token(
         tenant.salt_epoch,
         mint_cache_salt(services.secret, tenant.id, tenant.salt_epoch),
     )
-    cache.put(key_hash, context)
+    memo.put(key_hash, context)
     return context
 
 

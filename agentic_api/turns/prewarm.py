@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind
 
 from agentic_api import tracing
 from agentic_api.errors import InvalidRequest, UpstreamError
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.turns.runner.round import invalid_answer

@@ -11,7 +11,7 @@ from typing import Any
 
 from agentic_api import tracing
 from agentic_api.errors import ApiError
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.kinds.compaction import run_compaction_turn

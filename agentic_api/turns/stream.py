@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
 
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.run import begin_turn, run_begun

@@ -192,7 +192,7 @@ def _object(body: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-class TokenCapabilityCache:
+class TokenCapabilityMemo:
     """The capabilities per model, for the turn pipeline (which never waits on a probe: a
     model not detected yet is simply not recorded)."""
 

@@ -278,7 +278,7 @@ def test_actions_need_confirmation_and_a_valid_csrf_token(
     done = console.post(path, data={"confirm_name": tenant.name, "csrf_token": token})
     assert done.status_code == 200, done.text
     assert _tenant_status(admin, tenant.id) == ("disabled", before[1])
-    # The tenant's key stops at once (the key cache was cleared).
+    # The tenant's key stops at once (the key memo was cleared).
     with httpx.Client(base_url=server.url, timeout=20) as http:
         assert (
             http.get("/v1/models", headers={"Authorization": f"Bearer {tenant.api_key}"})

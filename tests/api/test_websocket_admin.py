@@ -1,5 +1,5 @@
 """An open WebSocket obeys the admin: every ``response.create`` re-checks the key, the
-tenant and its salt through the same key cache as HTTP, and a connection-local history
+tenant and its salt through the same key memo as HTTP, and a connection-local history
 is not continued once what it holds of storage was deleted or purged. Over a real
 WebSocket, on both databases; the cross-process cases run two servers on one database,
 as two workers or replicas would."""
@@ -17,7 +17,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.connection import Connection
 
-from agentic_api.serving.tenants import KEY_CACHE_SECONDS
+from agentic_api.serving.tenants import KEY_MEMO_SECONDS
 from lineage import mint_cache_salt
 from tests.conftest import TEST_SECRET, RunningServer, app_server
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
@@ -208,13 +208,13 @@ def test_a_store_false_chain_that_stored_nothing_still_continues(
     assert len(sim.last("/v1/responses").json["input"]) == 5
 
 
-@pytest.mark.slow  # waits out the key cache of the other server: KEY_CACHE_SECONDS
+@pytest.mark.slow  # waits out the key memo of the other server: KEY_MEMO_SECONDS
 def test_admin_actions_through_another_server_reach_the_socket_within_the_bound(
     backend: str, db_url: str, sim: SimServer, tmp_path: Path
 ) -> None:
     """The admin acts through one server (a worker or replica); the socket is open on
-    another, whose key cache still holds the tenant. Storage checks bite at once; the
-    key cache's within KEY_CACHE_SECONDS."""
+    another, whose key memo still holds the tenant. Storage checks bite at once; the
+    key memo's within KEY_MEMO_SECONDS."""
     model = sim.config.model
     tenant = create_tenant(db_url)
     with (
@@ -230,7 +230,7 @@ def test_admin_actions_through_another_server_reach_the_socket_within_the_bound(
 
         ok(admin.post(f"/tenants/{tenant.id}/rotate_salt"))
         rotated_at = time.monotonic()
-        time.sleep(max(0.0, rotated_at + KEY_CACHE_SECONDS + 0.2 - time.monotonic()))
+        time.sleep(max(0.0, rotated_at + KEY_MEMO_SECONDS + 0.2 - time.monotonic()))
         completed(socket, model, input="after the bound", store=False)
         assert sim.last("/v1/responses").json["cache_salt"] == mint_cache_salt(
             TEST_SECRET.encode(), tenant.id, 2
@@ -238,5 +238,5 @@ def test_admin_actions_through_another_server_reach_the_socket_within_the_bound(
 
         revoke_only_key(admin, tenant)
         revoked_at = time.monotonic()
-        time.sleep(max(0.0, revoked_at + KEY_CACHE_SECONDS + 0.2 - time.monotonic()))
+        time.sleep(max(0.0, revoked_at + KEY_MEMO_SECONDS + 0.2 - time.monotonic()))
         assert_closed_for_credentials(socket, model)

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from agentic_api.cache.recent import RecentArtifacts
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade
@@ -20,7 +20,7 @@ from agentic_api.storage.responses import ResponseRepository
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.prepare.turn import prepare_turn
-from agentic_api.upstream.capabilities import TokenCapabilityCache
+from agentic_api.upstream.capabilities import TokenCapabilityMemo
 from agentic_api.wire.requests import parse_create_request
 from tests.support.databases import sqlite_url
 from tests.support.loopback import Handler, client_of
@@ -52,7 +52,7 @@ async def services_with(
                 db=db,
                 upstream=upstream,
                 secret=b"s" * 32,
-                tokens=TokenCapabilityCache(upstream, "off"),
+                tokens=TokenCapabilityMemo(upstream, "off"),
                 artifacts=RecentArtifacts(0),
             )
         finally:

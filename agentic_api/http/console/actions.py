@@ -13,7 +13,7 @@ from agentic_api.http.auth import services_of
 from agentic_api.http.console.gate import form_fields, same_origin, signer, viewer
 from agentic_api.http.console.render import page, redirect
 from agentic_api.serving.console.actions import ACTIONS, Action, apply_action, tenant_for_action
-from agentic_api.serving.tenants import KeyCache
+from agentic_api.serving.tenants import KeyMemo
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -83,6 +83,6 @@ async def act(request: Request) -> Response:
     if done is None:
         return page(request, "error.html", viewer=who, status=404, message="No such tenant.")
     # A disable or rotation must bite on the next request (keys are cached for seconds).
-    cache: KeyCache = request.app.state.key_cache
-    cache.clear()
+    memo: KeyMemo = request.app.state.key_memo
+    memo.clear()
     return page(request, "done.html", viewer=who, done=done, action=action)

@@ -15,7 +15,7 @@ from fastapi.security import HTTPBearer
 from agentic_api.errors import InvalidRequest
 from agentic_api.http.auth import require_admin, services_of
 from agentic_api.serving.admin import conversations, lineage, tenants, usage
-from agentic_api.serving.tenants import KeyCache
+from agentic_api.serving.tenants import KeyMemo
 from agentic_api.wire.admin import (
     DEFAULT_LIST_LIMIT,
     AdminApiKey,
@@ -80,8 +80,8 @@ def _forget_cached_keys(request: Request) -> None:
     # Resolved keys are cached for a few seconds; a disable, rotation or revocation must
     # bite on the next request. Called after the commit, so nothing can re-cache the old
     # state in between. (Other server processes still honour their own short cache.)
-    cache: KeyCache = request.app.state.key_cache
-    cache.clear()
+    memo: KeyMemo = request.app.state.key_memo
+    memo.clear()
 
 
 # -- tenants --------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from agentic_api.http.auth import bearer_token, credential_header, services_of
 from agentic_api.http.sse import SSE_HEADERS
 from agentic_api.messages.turn import PreparedMessage, count_message_tokens, prepare_message
 from agentic_api.serving.messages import answer_message
-from agentic_api.serving.tenants import KeyCache, TenantContext, authenticate_token
+from agentic_api.serving.tenants import KeyMemo, TenantContext, authenticate_token
 from agentic_api.turns.data.caller import Caller
 from agentic_api.wire.anthropic import (
     BETA_HEADER,
@@ -60,13 +60,13 @@ _OPENAPI: dict[str, Any] = {
 
 
 async def anthropic_tenant(request: Request) -> TenantContext:
-    cache: KeyCache = request.app.state.key_cache
+    memo: KeyMemo = request.app.state.key_memo
     # Both read, so a repeated header is refused whichever of them carries the key.
     api_key, bearer = credential_header(request, "x-api-key"), credential_header(request)
     token = api_key or bearer_token(bearer)
     return await authenticate_token(
         services_of(request),
-        cache,
+        memo,
         token.strip() if token and token.strip() else None,
         how_to_send="in the 'x-api-key' header (or as 'Authorization: Bearer <key>')",
     )

@@ -5,7 +5,7 @@ Client frames are ``response.create`` (the create body, streamed implicitly); ea
 the SSE events, with ``stream_id`` echoed. Unknown client frame types are ignored.
 
 The handshake's key is authenticated again for every ``response.create``, through the
-same key cache as HTTP (``KEY_CACHE_SECONDS``), so the admin's revocation, disable and
+same key memo as HTTP (``KEY_MEMO_SECONDS``), so the admin's revocation, disable and
 salt rotation reach an open connection within that bound: a refused key ends the
 connection (an ``error`` frame, then close code 1008); a new salt is the next turn's.
 """
@@ -26,7 +26,7 @@ from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge, Unauth
 from agentic_api.http.auth import authenticate, credential_header, services_of
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.socket_turn import start_socket_turn
 from agentic_api.serving.tenants import TenantContext
 from agentic_api.turns.data.caller import Caller
@@ -92,7 +92,7 @@ async def responses_socket(websocket: WebSocket) -> None:
     services = services_of(websocket)
     try:
         authorization = credential_header(websocket)
-        await authenticate(services, websocket.app.state.key_cache, authorization)
+        await authenticate(services, websocket.app.state.key_memo, authorization)
     except ApiError as exc:
         await websocket.send_denial_response(JsonResponse(exc.body(), status_code=exc.status_code))
         return
@@ -256,7 +256,7 @@ async def _current_tenant(session: Session) -> TenantContext:
     services = session.services
     try:
         return await authenticate(
-            services, session.websocket.app.state.key_cache, session.authorization
+            services, session.websocket.app.state.key_memo, session.authorization
         )
     except Unauthorized as exc:
         raise CredentialsRefused(

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from agentic_api.errors import InvalidRequest, NotFound
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.admin.keep_warm import annotate_rewarms
 from agentic_api.serving.admin.residency import annotate_timeline
 from agentic_api.serving.admin.tenants import require_tenant

@@ -4,7 +4,7 @@ token-level reuse account with the stored token ids' size."""
 from __future__ import annotations
 
 from agentic_api.errors import NotFound
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.admin.keep_warm import annotate_rewarms
 from agentic_api.serving.admin.timeline import present_chain, present_tree
 from agentic_api.serving.admin.token_account import account_view

@@ -20,7 +20,7 @@ from agentic_api.cache.residency.attribution import (
 from agentic_api.cache.residency.replica import Eviction
 from agentic_api.cache.residency.tracker import ResidencyTracker, SessionOnReplica
 from agentic_api.errors import NotFound
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.storage.admin import TurnRecord
 from agentic_api.storage.session_owners import SessionOwner, conversation_owner, response_owner
 from agentic_api.storage.token_artifacts import TokenArtifactRepository

@@ -4,7 +4,7 @@ its API keys (list, issue, revoke). Callers forget cached keys after a change co
 from __future__ import annotations
 
 from agentic_api.errors import Conflict, NotFound
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.admin.views import issued_view, key_view, list_page, tenant_view
 from agentic_api.serving.pages import page_of
 from agentic_api.storage.admin import AdminRepository, DuplicateTenantName

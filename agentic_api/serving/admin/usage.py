@@ -3,7 +3,7 @@ Anthropic Messages turns."""
 
 from __future__ import annotations
 
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.admin.conversations import at
 from agentic_api.serving.admin.tenants import require_tenant
 from agentic_api.serving.admin.views import list_page, message_turn_view, stats_view

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.storage.console import ConsoleRepository
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.admin.views import tenant_view
 from agentic_api.storage.console import ConsoleRepository, JobRecord, JobState
 from agentic_api.storage.message_turns import MessageTurnRepository

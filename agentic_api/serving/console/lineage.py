@@ -4,7 +4,7 @@ every fork continued from it), or None where the admin API answers 404."""
 from __future__ import annotations
 
 from agentic_api.errors import NotFound
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.admin import lineage as admin_lineage
 from agentic_api.wire.admin import AdminLineage
 

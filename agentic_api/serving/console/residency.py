@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.admin.views import tenant_view
 from agentic_api.storage.console import ConsoleRepository, SessionFilter
 from agentic_api.storage.session_owners import SessionOwner

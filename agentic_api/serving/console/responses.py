@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.admin.timeline import present_turn
 from agentic_api.storage.admin import AdminRepository
 from agentic_api.storage.console import ConsoleRepository, ItemRecord

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from agentic_api.cache.accounting import Cause
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.admin.views import stats_view, tenant_view
 from agentic_api.storage.admin import AdminRepository, UsageTotals, Window
 from agentic_api.storage.console import ConsoleRepository, LostBucket, UsageBucket

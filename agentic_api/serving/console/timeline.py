@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.serving.admin.timeline import present_timeline, present_turn
 from agentic_api.serving.admin.views import tenant_view
 from agentic_api.storage.admin import AdminRepository, ConversationRecord, TurnRecord

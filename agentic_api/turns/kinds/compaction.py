@@ -29,7 +29,7 @@ from typing import Any
 
 from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.log import get_logger
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.summary_request import COMPACTION_TRIGGER, summary_text
 from agentic_api.turns.prepare.turn import prepare_turn

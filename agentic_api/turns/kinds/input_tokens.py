@@ -24,7 +24,7 @@ import orjson
 
 from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.log import get_logger
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.wire.requests import CreateResponseRequest

@@ -24,7 +24,7 @@ import orjson
 
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD
 from agentic_api.turns.kinds.compaction import summarize

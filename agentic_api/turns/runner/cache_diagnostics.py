@@ -14,7 +14,7 @@ from typing import Any
 from agentic_api.cache.accounting import Continuation, account
 from agentic_api.cache.diagnostics import NOT_FOUND, UNAVAILABLE, diagnostics
 from agentic_api.log import get_logger
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.data.token_plan import TokenPlan, TokenRecord

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from agentic_api.errors import ApiError, Conflict, NotFound
 from agentic_api.log import get_logger
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.storage.errors import nothing_written
 from agentic_api.turns.data.token_plan import TokenRecord
 from agentic_api.turns.runner.cache_diagnostics import cache_diagnostics

@@ -31,7 +31,7 @@ from agentic_api.cache.recent import TokenArtifact
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
 from agentic_api.metrics import record_token_account
-from agentic_api.services import Services
+from agentic_api.runtime import Services
 from agentic_api.storage.fault_log import log_step_failure
 from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.token_artifacts import TokenArtifactRepository

@@ -16,7 +16,7 @@ from agentic_api.metrics import BACKGROUND_TASKS
 from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.verified_histories import VerifiedHistories
-from agentic_api.upstream.capabilities import TokenCapabilityCache
+from agentic_api.upstream.capabilities import TokenCapabilityMemo
 from agentic_api.upstream.client import UpstreamClient
 
 
@@ -45,7 +45,7 @@ class Services:
     secret: bytes
     # What the upstream can tell about tokens (detected at start-up), and the token ids
     # of turns this process just committed.
-    tokens: TokenCapabilityCache
+    tokens: TokenCapabilityMemo
     artifacts: RecentArtifacts
     # Turns running on their own (streams whose client may leave); drained on shutdown.
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
