@@ -318,6 +318,15 @@ class Settings(BaseSettings):
         description="Share of a replica's KV cache held by running requests above which it "
         "is under pressure.",
     )
+    keep_warm_capacity_share: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="Share of a replica's KV cache (its /metrics cache_config_info) that "
+        "paused sessions may fill: they are ranked by when they paused, and a session past "
+        "that share is not re-warmed (re-warming it would evict one ranked before it). "
+        "Applied where keep_warm_replica_metrics names the replica.",
+    )
     metrics_enabled: bool = Field(
         True,
         description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "

@@ -20,6 +20,11 @@ This module decides, and keeps the record; it does no I/O. Bounds:
 - never while the replica is under pressure: the caller asks ``serving/keep_warm.py``'s
   probe of the replica's own ``/metrics`` (none configured: that bound is not applied,
   and each record says so);
+- never for more paused sessions than the replica's KV cache holds (its size from its own
+  ``/metrics``): the paused sessions on a replica are ranked by when they paused (the
+  earliest is expected back first), and only those whose prompts and outputs, added up
+  in that order, fit ``capacity_share`` of its cache are re-warmed; re-warming the
+  others could only evict them (measured: docs/benchmarks/keep_warm);
 - at most one re-warm of a session in flight, cancelled when the agent returns first, and
   at most ``max_rewarms_per_pause`` per pause (evicted again after that, the replica cannot
   hold every paused session: another re-warm would evict another one).
@@ -48,7 +53,7 @@ WINDOW_SECONDS = 60.0
 RECORDS_KEPT = 16
 
 Outcome = Literal["running", "done", "paid_off", "wasted", "cancelled", "failed"]
-SkipReason = Literal["tenant_budget", "budget", "pressure", "ttl"]
+SkipReason = Literal["tenant_budget", "budget", "pressure", "capacity", "ttl"]
 PauseOn = Literal["function_call", "tools_offered"]
 
 
@@ -293,6 +298,20 @@ class KeepWarm:
             return "budget"
         return None
 
+    def fits(self, due: Due, capacity_tokens: int, share: float) -> bool:
+        """Whether ``due``'s session is among the paused sessions its replica can hold:
+        the earliest paused first, each taking its prompt and output."""
+        room = capacity_tokens * share
+        held = 0
+        for pause in sorted(self._paused.values(), key=lambda paused: paused.paused_at):
+            replica = due.replica if pause is due.pause else _replica_of(pause)
+            if replica != due.replica:
+                continue
+            held += pause.input_tokens + pause.output_tokens
+            if pause is due.pause:
+                return held <= room
+        return False
+
     def skip(self, pause: Pause, reason: SkipReason) -> None:
         """Not now (counted once per pause and reason; tried again next tick)."""
         if reason not in pause.skipped:
@@ -369,6 +388,13 @@ class KeepWarm:
             if (replica is None or view.replica == replica) and view.block_size:
                 return view.block_size
         return None
+
+
+def _replica_of(pause: Pause) -> str | None:
+    """Where the paused session's prefix was last seen or re-warmed."""
+    if pause.peak_replica is not None:
+        return pause.peak_replica
+    return None if pause.rewarm is None else pause.rewarm.replica
 
 
 def _pauses(request: CreateResponseRequest, final: dict[str, Any], pause_on: PauseOn) -> bool:

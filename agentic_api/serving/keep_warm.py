@@ -82,7 +82,8 @@ class KeepWarmLoop:
 
     async def _pressure(self, due: Due) -> bool | None:
         """Whether pressure was checked (True) or cannot be (False: no metrics URL for
-        the replica); None when the replica is under pressure (skipped)."""
+        the replica); None when the replica is under pressure, or holds more paused
+        sessions than its KV cache fits and this one is not among them (skipped)."""
         settings = self.services.settings
         url = settings.keep_warm_replica_metrics.get(due.replica or "")
         if url is None:
@@ -96,6 +97,12 @@ class KeepWarmLoop:
             or load.kv_usage > settings.keep_warm_max_kv_usage
         ):
             self.policy.skip(due.pause, "pressure")
+            return None
+        capacity = load.kv_capacity_tokens
+        if capacity is not None and not self.policy.fits(
+            due, capacity, settings.keep_warm_capacity_share
+        ):
+            self.policy.skip(due.pause, "capacity")
             return None
         return True
 
