@@ -351,6 +351,10 @@ class KeepWarm:
             self._records.popitem(last=False)
         return rewarm
 
+    def forget(self, session_id: str) -> None:
+        """No longer keep the session warm (its tenant is disabled or gone)."""
+        self._paused.pop(session_id, None)
+
     def is_paused(self, pause: Pause) -> bool:
         return self._paused.get(pause.session_id) is pause
 

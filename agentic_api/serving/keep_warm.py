@@ -16,6 +16,7 @@ from agentic_api.cache.keep_warm import Due, KeepWarm, Pause, Rewarm
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
 from agentic_api.runtime import Services
+from agentic_api.serving.tenants import active_tenant
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.prewarm import run_prewarm
@@ -112,8 +113,16 @@ class KeepWarmLoop:
 
     async def _rewarm(self, pause: Pause, rewarm: Rewarm) -> None:
         request = continuation_prewarm(pause.request, pause.response_id)
-        caller = Caller(pause.tenant_id, pause.salt_epoch, pause.cache_salt)
         try:
+            # The tenant as it is now, not as it was at the pause: a disabled tenant gets no
+            # more upstream work, and a rotated salt warms what the agent's next turn (under
+            # the new salt) will read. A purged response fails in prepare_turn (not found).
+            tenant = await active_tenant(self.services, pause.tenant_id)
+            if tenant is None:
+                self.policy.forget(pause.session_id)
+                self.policy.ended(rewarm, "cancelled", "the tenant is disabled or gone")
+                return
+            caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
             turn = await prepare_turn(self.services, caller, request)
             done = await run_prewarm(self.services, turn)
         except asyncio.CancelledError:

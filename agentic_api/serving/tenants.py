@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from agentic_api.errors import Unauthorized
 from agentic_api.runtime import Services
+from agentic_api.storage.models import Tenant
 from agentic_api.storage.tenants import TenantRepository, hash_key
 from lineage import mint_cache_salt
 
@@ -71,14 +72,19 @@ async def authenticate_token(
         tenant = await TenantRepository(session).resolve_key(token)
     if tenant is None:
         raise Unauthorized("Incorrect API key provided.")
-    context = TenantContext(
-        tenant.id,
-        tenant.name,
-        tenant.salt_epoch,
-        mint_cache_salt(services.secret, tenant.id, tenant.salt_epoch),
-    )
+    context = _context(services, tenant)
     memo.put(key_hash, context)
     return context
+
+
+async def active_tenant(services: Services, tenant_id: str) -> TenantContext | None:
+    """The tenant as it stands now (its current salt), or None when it is gone or disabled:
+    for work the server does on a tenant's behalf with no request to authenticate."""
+    async with services.db.read() as session:
+        tenant = await TenantRepository(session).get(tenant_id)
+    if tenant is None or tenant.disabled_at is not None:
+        return None
+    return _context(services, tenant)
 
 
 async def _tenant_by_name(services: Services, name: str) -> TenantContext:
@@ -86,6 +92,10 @@ async def _tenant_by_name(services: Services, name: str) -> TenantContext:
         tenant = await TenantRepository(session).by_name(name)
     if tenant is None or tenant.disabled_at is not None:
         raise Unauthorized(f"The single-tenant mode's tenant {name!r} is missing or disabled.")
+    return _context(services, tenant)
+
+
+def _context(services: Services, tenant: Tenant) -> TenantContext:
     return TenantContext(
         tenant.id,
         tenant.name,

@@ -404,3 +404,31 @@ def test_rewarms_per_pause_are_capped(
         # The first re-warm's blocks went before the agent came back: it did not pay off.
         assert records[0]["outcome"] == "wasted"
         assert len(records) == cap
+
+
+def test_a_disabled_tenant_gets_no_rewarm_and_a_rotated_salt_warms_the_new_one(
+    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+) -> None:
+    """The loop acts for a tenant with no request to authenticate: it reads the tenant as
+    it is at the re-warm, not as it was at the pause."""
+    with (
+        keep_warm_server(backend, fresh_db, kv_sim, replica, tmp_path) as server,
+        admin_client(server) as admin,
+    ):
+        rotated = create_tenant(server.db_url)
+        agent = Agent(server.client(rotated, timeout=20), kv_sim)
+        paused_and_seen(agent, admin, replica)
+        old_salt = kv_sim.last("/v1/responses").json["cache_salt"]
+        assert admin.post(f"/tenants/{rotated.id}/rotate_salt").status_code == 200
+        evict(server, kv_sim)
+        eventually(lambda: bool(rewarms(kv_sim, agent.session_id)), "a re-warm")
+        (sent,) = rewarms(kv_sim, agent.session_id)
+        assert sent.json["cache_salt"] != old_salt
+
+        disabled = create_tenant(server.db_url)
+        other = Agent(server.client(disabled, timeout=20), kv_sim)
+        paused_and_seen(other, admin, replica)
+        assert admin.post(f"/tenants/{disabled.id}/disable").status_code == 200
+        evict(server, kv_sim)
+        time.sleep(1.0)  # twenty of the loop's ticks
+        assert rewarms(kv_sim, other.session_id) == []
