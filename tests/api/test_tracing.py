@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,19 @@ def every_value(found: Sequence[ReadableSpan]) -> str:
     return "\n".join(parts)
 
 
+def assert_genai_turn(turn: Mapping[str, Any], response: Response, model: str) -> None:
+    """The GenAI attributes of a completed continuation's span, against what the SDK got."""
+    usage = usage_of(response)
+    assert turn["gen_ai.operation.name"] == "chat"
+    assert turn["gen_ai.provider.name"] == "vllm"
+    assert turn["gen_ai.request.model"] == model
+    assert turn["gen_ai.response.id"] == response.id
+    assert turn["gen_ai.usage.input_tokens"] == usage.input_tokens
+    assert turn["gen_ai.usage.output_tokens"] == usage.output_tokens
+    assert turn["gen_ai.usage.cache_read.input_tokens"] == cached_tokens(response) > 0
+    assert turn["gen_ai.response.finish_reasons"] == ("stop",)
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "streamed"])
 def test_a_continuation_is_one_trace_under_the_clients_traceparent(
     spans: InMemorySpanExporter,
@@ -109,14 +122,7 @@ def test_a_continuation_is_one_trace_under_the_clients_traceparent(
     assert children(found, server) == ["chat " + model, "commit", "rehydrate", "render"]
     usage = usage_of(second)
     turn = attributes(server)
-    assert turn["gen_ai.operation.name"] == "chat"
-    assert turn["gen_ai.provider.name"] == "vllm"
-    assert turn["gen_ai.request.model"] == model
-    assert turn["gen_ai.response.id"] == second.id
-    assert turn["gen_ai.usage.input_tokens"] == usage.input_tokens
-    assert turn["gen_ai.usage.output_tokens"] == usage.output_tokens
-    assert turn["gen_ai.usage.cache_read.input_tokens"] == cached_tokens(second) > 0
-    assert turn["gen_ai.response.finish_reasons"] == ("stop",)
+    assert_genai_turn(turn, second, model)
     assert turn["http.response.status_code"] == 200
     assert turn["agentic.session.id"]
     # A chain's thread is its session (a conversation's is the conversation).
@@ -307,16 +313,8 @@ def test_each_websocket_response_create_is_a_server_span_like_an_http_turn(
     served, continued, refused = turns
     assert attributes(served)["gen_ai.response.id"] == first["id"]
     assert children(found, continued) == ["chat " + model, "commit", "rehydrate", "render"]
-    usage = usage_of(second)
     turn = attributes(continued)
-    assert turn["gen_ai.operation.name"] == "chat"
-    assert turn["gen_ai.provider.name"] == "vllm"
-    assert turn["gen_ai.request.model"] == model
-    assert turn["gen_ai.response.id"] == second.id
-    assert turn["gen_ai.usage.input_tokens"] == usage.input_tokens
-    assert turn["gen_ai.usage.output_tokens"] == usage.output_tokens
-    assert turn["gen_ai.usage.cache_read.input_tokens"] == cached_tokens(second) > 0
-    assert turn["gen_ai.response.finish_reasons"] == ("stop",)
+    assert_genai_turn(turn, second, model)
     assert turn["agentic.session.id"]
     assert turn["agentic.token_account.status"] == "exact"
     assert turn["agentic.token_account.measured"] == cached_tokens(second)
