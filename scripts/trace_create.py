@@ -4,7 +4,7 @@ levels from the route's function to ``commit_turn``, and the upward hops (calls 
 module of a lower layer into one of a higher layer, callbacks included).
 
 It runs our app and the simulator on loopback in this process, makes a first turn, then
-traces a second (a stored continuation of the first, non-streamed unless ``--stream``)
+traces a third (the second continuation of a chain, non-streamed unless ``--stream``)
 with ``sys.setprofile`` in the server's thread, counting only the calls made for the
 request: those whose stack reaches the route's function (or, streamed, the turn's task in
 ``turns/run.py``); what other threads run for it (a SQLite driver's, the turn store's
@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import sys
 import tempfile
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -109,6 +110,7 @@ class Trace:
     def __init__(self) -> None:
         self.on = False
         self.modules: Counter[str] = Counter()
+        self.functions: defaultdict[str, set[str]] = defaultdict(set)
         self.upward: Counter[tuple[str, str]] = Counter()
         self.levels_to_commit: int | None = None
         self.chain_to_commit: list[str] = []
@@ -120,6 +122,7 @@ class Trace:
         if callee is None or not _on_the_path(frame):
             return
         self.modules[callee] += 1
+        self.functions[callee].add(frame.f_code.co_name)
         caller_frame = frame.f_back
         while caller_frame is not None and module_of(caller_frame.f_code.co_filename) is None:
             caller_frame = caller_frame.f_back
@@ -195,6 +198,9 @@ def upward_imports(modules: set[str]) -> list[tuple[str, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stream", action="store_true", help="trace a streamed create")
+    parser.add_argument(
+        "--functions", action="store_true", help="list the functions called in each file"
+    )
     args = parser.parse_args()
 
     from agentic_api.app import create_app
@@ -222,15 +228,28 @@ def main() -> None:
         try:
             headers = {"Authorization": f"Bearer {tenant.api_key}"}
             with httpx.Client(base_url=server.url, headers=headers, timeout=30) as client:
-                sim.push(Reply("first"), Reply("second"))
+                sim.push(Reply("first"), Reply("second"), Reply("third"))
                 first = client.post(
                     "/v1/responses", json={"model": sim.config.model, "input": "one"}
                 )
                 first.raise_for_status()
+                # The traced turn is the second continuation: the server's once-per-process
+                # work (its read connections opened, the model's capabilities and sampling
+                # defaults learned) is done by then, as it is for every turn after.
+                warm = client.post(
+                    "/v1/responses",
+                    json={
+                        "model": sim.config.model,
+                        "input": "two",
+                        "previous_response_id": first.json()["id"],
+                        "stream": args.stream,
+                    },
+                )
+                warm.raise_for_status()
                 body = {
                     "model": sim.config.model,
-                    "input": "two",
-                    "previous_response_id": first.json()["id"],
+                    "input": "three",
+                    "previous_response_id": _id_of(warm),
                     "stream": args.stream,
                 }
                 trace.on = True
@@ -259,7 +278,18 @@ def main() -> None:
         print(f"    {module} -> {imported}")
     print("files:")
     for module in sorted(modules):
-        print(f"    {module}")
+        called = f": {', '.join(sorted(trace.functions[module]))}" if args.functions else ""
+        print(f"    {module}{called}")
+
+
+def _id_of(reply: httpx.Response) -> str:
+    """A create's response id, from its JSON or (streamed) its first event."""
+    if reply.headers.get("content-type", "").startswith("application/json"):
+        return str(reply.json()["id"])
+    for line in reply.text.splitlines():
+        if line.startswith("data: ") and '"response.created"' in line:
+            return str(json.loads(line[6:])["response"]["id"])
+    raise RuntimeError("no response id in the reply")
 
 
 def _is_package(module: str) -> bool:
