@@ -1,4 +1,4 @@
-"""Benchmark of the KV-event subscriber and the residency map (docs/benchmarks/residency.md).
+"""Benchmark of the KV-event subscriber and the residency map (docs/benchmarks/kv_events/README.md).
 
     .venv/bin/python scripts/bench/residency.py [--sessions 10000] [--blocks 64] [--turns 20000]
 

@@ -8,7 +8,7 @@ wins over whatever ``session_id`` a client passed through.
 ``report_reuse`` asks vLLM (``vllm_xargs.kv_cache_report_mode: "full"``) to report blocks
 a request *reused* as stored under its session too, so a session that starts on another
 session's cached prefix is shown holding it. It costs one re-reported hash per reused
-block per request (docs/benchmarks/residency.md), so it is off by default: branch
+block per request (docs/benchmarks/kv_events/README.md), so it is off by default: branch
 residency (``tree.py``) finds shared blocks without it (docs/benchmarks/residency/).
 """
 
