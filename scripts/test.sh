@@ -13,6 +13,11 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[dev]'
 
+# A merge's leftover conflict markers (one reached CONTRIBUTING.md once, past every check).
+if git grep -nE '^(<<<<<<<|>>>>>>>)( |$)' 2>/dev/null; then
+  echo "merge conflict markers in the files above" >&2
+  exit 1
+fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy agentic_api agentic_bench lineage migrations tests
