@@ -119,7 +119,8 @@ REHYDRATED_ITEMS = Histogram(
 HISTORY_CACHE_LOOKUPS = Counter(
     "agentic_history_cache_lookups_total",
     "Continuations whose parent's history was found verified in this process (hit) or "
-    "was read from storage (miss).",
+    "was read from storage (miss); of the misses, those that read only the turns after an "
+    "ancestor kept here (extended).",
     ["result"],
 )
 # In-flight counts are each worker's own: the server's is their sum over live workers.

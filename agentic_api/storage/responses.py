@@ -57,6 +57,15 @@ class StoredItem:
 
 
 _ITEM_COLUMNS = tuple(getattr(ResponseItem, field.name) for field in fields(StoredItem))
+_ITEM_FIELDS = len(_ITEM_COLUMNS)
+
+
+@dataclass(frozen=True)
+class ChainSince:
+    """A chain's items after a known ancestor, and whether the walk reached it."""
+
+    items: Sequence[StoredItem]
+    reached: bool
 
 
 class ResponseRepository:
@@ -91,6 +100,21 @@ class ResponseRepository:
             _CHAIN_ITEMS, {"tenant_id": tenant_id, "response_id": response_id}
         )
         return [StoredItem(*row) for row in result.all()]
+
+    async def chain_items_since(
+        self, tenant_id: str, response_id: str, ancestor_id: str
+    ) -> ChainSince:
+        """The items of a response and its ancestors up to, not including, ``ancestor_id``
+        (oldest turn first), in one query; ``reached`` says whether the walk met that
+        ancestor. When it did not (``ancestor_id`` is on another branch, or no ancestor
+        at all), the items are the whole chain's, as ``chain_items`` reads them."""
+        connection = await self.session.connection()
+        params = {"tenant_id": tenant_id, "response_id": response_id, "ancestor_id": ancestor_id}
+        rows = (await connection.execute(_CHAIN_ITEMS_SINCE, params)).all()
+        # Rows come oldest turn first; a turn with no items still has its row (outer join).
+        reached = bool(rows) and rows[0].previous_response_id == ancestor_id
+        items = [StoredItem(*row[:_ITEM_FIELDS]) for row in rows if row.item_id is not None]
+        return ChainSince(items, reached)
 
     async def chain_root(self, tenant_id: str, response_id: str) -> Response | None:
         """The oldest ancestor of a response (itself when it has no parent), deleted
@@ -255,10 +279,11 @@ class ResponseRepository:
         return int((await self.session.execute(query)).scalar_one())
 
 
-def _ancestors() -> CTE:
+def _ancestors(*, stop_before_ancestor: bool = False) -> CTE:
     """A response and its ancestors with their distance from it (``hops``), as one
     recursive CTE, so walking a chain costs one query whatever its depth. Built once, with
-    ``tenant_id`` and ``response_id`` as parameters."""
+    ``tenant_id`` and ``response_id`` as parameters; ``stop_before_ancestor`` ends the walk
+    before the response ``ancestor_id`` (a parameter too)."""
     tenant: BindParameter[str] = bindparam("tenant_id")
     response: BindParameter[str] = bindparam("response_id")
     chain = (
@@ -266,16 +291,17 @@ def _ancestors() -> CTE:
         .where(Response.id == response, Response.tenant_id == tenant)
         .cte("chain", recursive=True)
     )
+    step = and_(Response.id == chain.c.previous_response_id, Response.tenant_id == tenant)
+    if stop_before_ancestor:
+        step = and_(step, Response.id != bindparam("ancestor_id"))
     parent = select(
         Response.id, Response.previous_response_id, (chain.c.hops + 1).label("hops")
-    ).join(
-        chain,
-        and_(Response.id == chain.c.previous_response_id, Response.tenant_id == tenant),
-    )
+    ).join(chain, step)
     return chain.union_all(parent)
 
 
 _CHAIN = _ancestors()
+_CHAIN_SINCE = _ancestors(stop_before_ancestor=True)
 # Tenant scoping happens in the chain (both of its steps filter on tenant_id). Filtering
 # the items on tenant_id as well would invite SQLite to scan all of the tenant's items
 # through that index and probe the chain, instead of looking up the chain's few responses.
@@ -284,6 +310,12 @@ _CHAIN_ITEMS = (
     .select_from(_CHAIN)
     .join(ResponseItem, ResponseItem.response_id == _CHAIN.c.id)
     .order_by(_CHAIN.c.hops.desc(), ResponseItem.position)
+)
+_CHAIN_ITEMS_SINCE = (
+    select(*_ITEM_COLUMNS, _CHAIN_SINCE.c.previous_response_id)
+    .select_from(_CHAIN_SINCE)
+    .outerjoin(ResponseItem, ResponseItem.response_id == _CHAIN_SINCE.c.id)
+    .order_by(_CHAIN_SINCE.c.hops.desc(), ResponseItem.position)
 )
 _CHAIN_ROOT = (
     select(Response)

@@ -15,6 +15,12 @@ uncontinuable, ``turns/prepare/history.py``), which this process cannot see chan
 Entries share their items (a child's history is its parent's plus a few items), so the
 memory held is about the size of the histories' distinct items; the budget charges every
 entry its whole history, an upper bound on what it keeps alive.
+
+With several workers (or replicas) a chain's turns land on different processes, so the
+parent is often one this process did not commit while an earlier turn of the same session
+is still kept here. ``latest_in_session`` names that turn: the continuation then reads only
+the turns after it and verifies them by extending its digest
+(``turns/prepare/history.py:load_history_since``) instead of reading the whole chain.
 """
 
 from __future__ import annotations
@@ -33,6 +39,16 @@ class _Kept:
     digest: str
     items: tuple[Item, ...]
     charged_bytes: int
+    session_id: str
+
+
+@dataclass(frozen=True)
+class KeptAncestor:
+    """A kept history that may be an ancestor of a turn this process did not see."""
+
+    response_id: str
+    digest: str
+    items: tuple[Item, ...]
 
 
 class VerifiedHistories:
@@ -40,6 +56,9 @@ class VerifiedHistories:
         self.budget_bytes = budget_bytes
         self._kept: OrderedDict[str, _Kept] = OrderedDict()
         self._charged = 0
+        # Each session's most recently kept turn (the one a continuation elsewhere most
+        # likely descends from).
+        self._latest: dict[str, str] = {}
 
     def get(
         self, response_id: str, *, digest: str | None, item_count: int, session_id: str
@@ -65,20 +84,32 @@ class VerifiedHistories:
         """Keeps a history that was just committed or verified under ``digest``."""
         if digest is None or not _keepable(session_id) or self.budget_bytes <= 0:
             return
-        kept = _Kept(digest, tuple(items), sum(len(item.data) for item in items))
+        kept = _Kept(digest, tuple(items), sum(len(item.data) for item in items), session_id)
         if kept.charged_bytes > self.budget_bytes:
             return
         self.forget(response_id)
         self._kept[response_id] = kept
         self._charged += kept.charged_bytes
+        self._latest[session_id] = response_id
         while self._charged > self.budget_bytes:
-            _id, oldest = self._kept.popitem(last=False)
-            self._charged -= oldest.charged_bytes
+            self.forget(next(iter(self._kept)))
+
+    def latest_in_session(self, session_id: str, *, below: int) -> KeptAncestor | None:
+        """The session's most recently kept history if it is shorter than ``below``
+        items (so it could be an ancestor of a turn with that many); whether it is one is
+        for the chain walk to say."""
+        response_id = self._latest.get(session_id)
+        kept = self._kept.get(response_id) if response_id else None
+        if kept is None or response_id is None or len(kept.items) >= below:
+            return None
+        return KeptAncestor(response_id, kept.digest, kept.items)
 
     def forget(self, response_id: str) -> None:
         kept = self._kept.pop(response_id, None)
         if kept is not None:
             self._charged -= kept.charged_bytes
+            if self._latest.get(kept.session_id) == response_id:
+                del self._latest[kept.session_id]
 
     def __len__(self) -> int:
         return len(self._kept)

@@ -125,11 +125,86 @@ def test_a_history_kept_in_process_is_replayed_as_committed_and_storage_still_ve
 
 
 def history_cache_hits(server: RunningServer) -> float:
+    return history_lookups(server, "hit")
+
+
+def history_lookups(server: RunningServer, result: str) -> float:
     metrics = httpx.get(f"{server.url}/metrics").text
     for line in metrics.splitlines():
-        if line.startswith('agentic_history_cache_lookups_total{result="hit"}'):
+        if line.startswith(f'agentic_history_cache_lookups_total{{result="{result}"}}'):
             return float(line.split()[-1])
     return 0.0
+
+
+@pytest.fixture(scope="module")
+def other_worker(
+    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    """A second server over the same database, as a second `serve` worker (or replica) is:
+    what it commits, the first has never seen."""
+    with app_server(backend, db_url, sim.url, tmp_path_factory.mktemp("other")) as running:
+        yield running
+
+
+def test_a_parent_another_worker_committed_is_read_after_the_ancestor_kept_here(
+    server: RunningServer, other_worker: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    here, there = server.client(tenant, timeout=20), other_worker.client(tenant, timeout=20)
+    model = sim.config.model
+    first = here.responses.create(model=model, input="one")
+    second = here.responses.create(model=model, input="two", previous_response_id=first.id)
+    sim.push(Reply("said over there"))
+    third = there.responses.create(model=model, input="three", previous_response_id=second.id)
+    sent_for_third = sim.requests("/v1/responses")[-1].json["input"]
+    extended, misses = history_lookups(server, "extended"), history_lookups(server, "miss")
+    # `third` is not kept here, `second` is: only `third`'s items are read, and they are
+    # verified by extending `second`'s digest.
+    fourth = here.responses.create(model=model, input="four", previous_response_id=third.id)
+    sent_for_fourth = sim.requests("/v1/responses")[-1].json["input"]
+    assert fourth.status == "completed"
+    assert history_lookups(server, "extended") == extended + 1
+    assert history_lookups(server, "miss") == misses + 1
+    assert sent_for_fourth[: len(sent_for_third)] == sent_for_third
+    assert "said over there" in orjson.dumps(sent_for_fourth[len(sent_for_third)]).decode()
+    assert len(sent_for_fourth) == len(sent_for_third) + 2
+
+
+def test_turns_after_the_kept_ancestor_are_still_verified(
+    server: RunningServer, other_worker: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    here, there = server.client(tenant, timeout=20), other_worker.client(tenant, timeout=20)
+    model = sim.config.model
+    first = here.responses.create(model=model, input="first question")
+    second = here.responses.create(model=model, input="two", previous_response_id=first.id)
+    third = there.responses.create(model=model, input="first again", previous_response_id=second.id)
+    execute(server.db_url, CORRUPTIONS["altered"], rid=third.id)
+    calls_before = sim.calls("/v1/responses")
+    with pytest.raises(InternalServerError) as error:
+        here.responses.create(model=model, input="four", previous_response_id=third.id)
+    assert error.value.code == "checkpoint_invalid"
+    assert third.id in error.value.message
+    assert sim.calls("/v1/responses") == calls_before
+
+
+def test_a_branch_the_kept_turn_is_not_on_is_read_whole(
+    server: RunningServer, other_worker: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    here, there = server.client(tenant, timeout=20), other_worker.client(tenant, timeout=20)
+    model = sim.config.model
+    first = here.responses.create(model=model, input="one")
+    # The session's latest turn kept here: a sibling of the branch continued below.
+    here.responses.create(model=model, input="two", previous_response_id=first.id)
+    branch = there.responses.create(model=model, input="two b", previous_response_id=first.id)
+    sim.push(Reply("on the branch"))
+    tip = there.responses.create(model=model, input="three b", previous_response_id=branch.id)
+    sent_for_tip = sim.requests("/v1/responses")[-1].json["input"]
+    extended = history_lookups(server, "extended")
+    after = here.responses.create(model=model, input="four b", previous_response_id=tip.id)
+    sent = sim.requests("/v1/responses")[-1].json["input"]
+    assert after.status == "completed"
+    assert history_lookups(server, "extended") == extended
+    assert sent[: len(sent_for_tip)] == sent_for_tip
+    assert "on the branch" in orjson.dumps(sent[len(sent_for_tip)]).decode()
 
 
 @pytest.mark.slow  # waits out a disconnect, a drain or a full lane: seconds

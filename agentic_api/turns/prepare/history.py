@@ -26,9 +26,10 @@ from agentic_api.log import get_logger
 from agentic_api.storage.conversations import ConversationRepository, StoredConversationItem
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository, StoredItem
+from agentic_api.storage.verified_histories import KeptAncestor
 from agentic_api.turns.prepare.errors import conversation_history_changed
 from agentic_api.wire.items import Item
-from lineage import IdKind, id_kind, prefix_digest
+from lineage import IdKind, extend_digest, id_kind, prefix_digest
 
 log = get_logger("agentic_api.turns.history")
 
@@ -75,6 +76,31 @@ async def _with_conversation_prefix(
             parent.id, f"items up to response '{root.id}' were deleted from the conversation"
         )
     return [*earlier, *later]
+
+
+async def load_history_since(
+    repo: ResponseRepository, parent: Response, ancestor: KeptAncestor
+) -> tuple[list[Item], bool]:
+    """The parent's verified history when ``ancestor``'s is already verified in this
+    process: only the turns after it are read, and checked by extending its digest with
+    them (the digest is a hash chain, so that equals recomputing it from the root).
+    Whether the ancestor was used is returned with it: when the walk does not meet it
+    (another branch of the session), what was read is the whole chain, verified as
+    ``load_history`` does."""
+    since = await repo.chain_items_since(parent.tenant_id, parent.id, ancestor.response_id)
+    read = [_decode(parent, row.item_id, row.type, row.data) for row in since.items]
+    if not since.reached:
+        verify(parent, read)
+        return read, False
+    items = [*ancestor.items, *read]
+    if len(items) != parent.history_item_count:
+        _refuse(parent, f"expected {parent.history_item_count} items, found {len(items)}")
+    extended = extend_digest(ancestor.digest, (item.data for item in read))
+    if parent.prefix_digest is None or extended != parent.prefix_digest:
+        # Not necessarily corruption: the tenant's salt may have changed between the two
+        # turns, which changes every link. The whole history decides, as without it.
+        verify(parent, items)
+    return items, True
 
 
 def verify(parent: Response, items: Sequence[Item]) -> None:

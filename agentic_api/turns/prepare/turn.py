@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from agentic_api import tracing
 from agentic_api.errors import InvalidRequest
 from agentic_api.mcp.specs import McpServer, has_secrets, parse_servers, redact_tools
+from agentic_api.metrics import HISTORY_CACHE_LOOKUPS
 from agentic_api.runtime import Services
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
@@ -23,7 +24,7 @@ from agentic_api.turns.prepare.errors import (
     previous_response_not_continuable,
     previous_response_not_found,
 )
-from agentic_api.turns.prepare.history import load_history
+from agentic_api.turns.prepare.history import load_history, load_history_since
 from agentic_api.turns.prepare.prewarm_request import for_prewarm
 from agentic_api.turns.prepare.render import (
     add_agentic_context,
@@ -247,9 +248,9 @@ def _from_parent(
 async def _parent_history(
     db: Database, parent: Response, histories: VerifiedHistories
 ) -> list[Item]:
-    """The parent's verified history: kept in this process, or read and verified. (A
-    continuable parent's row and items never change, so reading them in two transactions
-    sees one state.)"""
+    """The parent's verified history: kept in this process, read after a kept ancestor
+    and verified, or read and verified whole. (A continuable parent's row and items never
+    change, so reading them in two transactions sees one state.)"""
     kept = histories.get(
         parent.id,
         digest=parent.prefix_digest,
@@ -258,8 +259,15 @@ async def _parent_history(
     )
     if kept is not None:
         return list(kept)
+    ancestor = histories.latest_in_session(parent.session_id, below=parent.history_item_count)
     async with db.turn_read() as session:
-        history = await load_history(ResponseRepository(session), parent)
+        repo = ResponseRepository(session)
+        if ancestor is None:
+            history = await load_history(repo, parent)
+        else:
+            history, extended = await load_history_since(repo, parent, ancestor)
+            if extended:
+                HISTORY_CACHE_LOOKUPS.labels("extended").inc()
     histories.keep(
         parent.id, digest=parent.prefix_digest, session_id=parent.session_id, items=history
     )
