@@ -18,7 +18,8 @@ entry its whole history, an upper bound on what it keeps alive.
 
 With several workers (or replicas) a chain's turns land on different processes, so the
 parent is often one this process did not commit while an earlier turn of the same session
-is still kept here. ``latest_in_session`` names that turn: the continuation then reads only
+is still kept here. ``ancestor_for`` names that turn (the parent's parent, or the
+session's latest kept turn): the continuation then reads only
 the turns after it and verifies them by extending its digest
 (``turns/prepare/history.py:load_history_since``) instead of reading the whole chain.
 """
@@ -94,15 +95,18 @@ class VerifiedHistories:
         while self._charged > self.budget_bytes:
             self.forget(next(iter(self._kept)))
 
-    def latest_in_session(self, session_id: str, *, below: int) -> KeptAncestor | None:
-        """The session's most recently kept history if it is shorter than ``below``
-        items (so it could be an ancestor of a turn with that many); whether it is one is
-        for the chain walk to say."""
-        response_id = self._latest.get(session_id)
-        kept = self._kept.get(response_id) if response_id else None
-        if kept is None or response_id is None or len(kept.items) >= below:
-            return None
-        return KeptAncestor(response_id, kept.digest, kept.items)
+    def ancestor_for(
+        self, previous_id: str | None, session_id: str, *, below: int
+    ) -> KeptAncestor | None:
+        """A kept history the turn with ``previous_id`` as its parent and ``below`` items
+        may descend from: that parent's own if kept (certainly an ancestor), else the
+        session's most recently kept one if it is shorter (whether it is an ancestor is
+        for the chain walk to say: the session may have branched)."""
+        for response_id in (previous_id, self._latest.get(session_id)):
+            kept = self._kept.get(response_id) if response_id else None
+            if kept is not None and response_id is not None and len(kept.items) < below:
+                return KeptAncestor(response_id, kept.digest, kept.items)
+        return None
 
     def forget(self, response_id: str) -> None:
         kept = self._kept.pop(response_id, None)

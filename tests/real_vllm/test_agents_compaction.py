@@ -42,8 +42,9 @@ from openai.types.responses import Response, ResponseCompactionItem
 from agentic_api.turns.prepare.summary_request import SUMMARY_REQUEST
 from tests.conftest import RunningServer, app_server, make_database
 from tests.real_vllm.conftest import RealVllm
+from tests.support.admin_api import AdminApi
 from tests.support.databases import drop_pg_database
-from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
+from tests.support.tenants import TenantKeys, create_tenant
 
 pytestmark = pytest.mark.real_vllm
 
@@ -183,25 +184,6 @@ async def _branch(base_url: str, api_key: str, model: str, run: Run, turn: int) 
     return result.last_response_id
 
 
-class Admin:
-    def __init__(self, server: RunningServer) -> None:
-        self.http = httpx.Client(
-            base_url=f"{server.url}/admin/v1",
-            headers={"Authorization": f"Bearer {create_admin_key(server.db_url)}"},
-            timeout=60,
-        )
-
-    def token_account(self, response_id: str) -> dict[str, Any]:
-        answer = self.http.get(f"/responses/{response_id}/token_account")
-        assert answer.status_code == 200, answer.text
-        return dict(answer.json())
-
-    def ancestors(self, response_id: str) -> list[str]:
-        answer = self.http.get(f"/responses/{response_id}/lineage")
-        assert answer.status_code == 200, answer.text
-        return [turn["id"] for turn in answer.json()["ancestors"]]
-
-
 def _tokens(smollm2: RealVllm, text: str) -> int:
     """How many tokens vLLM makes of ``text`` (no special tokens added)."""
     answer = httpx.post(
@@ -214,10 +196,10 @@ def _tokens(smollm2: RealVllm, text: str) -> int:
 
 
 @pytest.fixture
-def admin(agents_server: RunningServer) -> Iterator[Admin]:
-    admin = Admin(agents_server)
+def admin(agents_server: RunningServer) -> Iterator[AdminApi]:
+    admin = AdminApi(agents_server.url, agents_server.db_url)
     yield admin
-    admin.http.close()
+    admin.close()
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +222,7 @@ def agents_server(
 
 
 def test_forty_agent_turns_on_smollm2_compact_past_the_threshold(
-    smollm2: RealVllm, agents_server: RunningServer, admin: Admin
+    smollm2: RealVllm, agents_server: RunningServer, admin: AdminApi
 ) -> None:
     tenant: TenantKeys = create_tenant(agents_server.db_url)
     run = asyncio.run(_run(f"{agents_server.url}/v1", tenant.api_key, smollm2.model))

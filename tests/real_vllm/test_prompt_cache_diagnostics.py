@@ -17,7 +17,8 @@ from openai.types.responses.response import (
 
 from tests.conftest import RunningServer
 from tests.real_vllm.conftest import RealVllm
-from tests.real_vllm.test_token_truth import Admin, ask
+from tests.real_vllm.test_token_truth import ask
+from tests.support.admin_api import AdminApi
 from tests.support.tenants import create_tenant
 
 pytestmark = pytest.mark.real_vllm
@@ -27,7 +28,7 @@ def test_a_named_comparison_is_a_hit_and_changed_instructions_a_miss(
     smollm2: RealVllm, smol_server: RunningServer
 ) -> None:
     client: OpenAI = smol_server.client(create_tenant(smol_server.db_url), timeout=300)
-    admin = Admin(smol_server)
+    admin = AdminApi(smol_server.url, smol_server.db_url)
     try:
         first = ask(client, smollm2, "List three fruits, one per line.")
         compared: Any = {"comparison_response_id": first.id}
@@ -61,4 +62,4 @@ def test_a_named_comparison_is_a_hit_and_changed_instructions_a_miss(
             changed.usage.input_tokens - changed.usage.input_tokens_details.cached_tokens
         )
     finally:
-        admin.http.close()
+        admin.close()

@@ -9,7 +9,7 @@ Run with ``pytest -m real_vllm tests/real_vllm``.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,7 +19,8 @@ from openai.types.responses import FunctionToolParam
 
 from tests.conftest import RunningServer
 from tests.real_vllm.conftest import RealVllm
-from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
+from tests.support.admin_api import AdminApi
+from tests.support.tenants import TenantKeys, create_tenant
 
 pytestmark = pytest.mark.real_vllm
 
@@ -41,31 +42,6 @@ WEATHER: FunctionToolParam = {
 DIVERGING_PROMPT = "Give me three tips for sleeping well, as a numbered list."
 
 
-class Admin:
-    def __init__(self, server: RunningServer) -> None:
-        self.http = httpx.Client(
-            base_url=f"{server.url}/admin/v1",
-            headers={"Authorization": f"Bearer {create_admin_key(server.db_url)}"},
-            timeout=60,
-        )
-
-    def account(self, response_id: str) -> dict[str, Any]:
-        answer = self.http.get(f"/responses/{response_id}/token_account")
-        assert answer.status_code == 200, answer.text
-        account = answer.json()["account"]
-        assert account is not None, "every stored turn on this upstream has an account"
-        return dict(account)
-
-    def decoded(self, response_id: str) -> dict[str, Any]:
-        """The account once its divergence is decoded (done after the commit)."""
-        deadline = time.monotonic() + 30
-        account = self.account(response_id)
-        while account["divergence"]["parent_pieces"] is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-            account = self.account(response_id)
-        return account
-
-
 @pytest.fixture
 def tenant(smol_server: RunningServer) -> TenantKeys:
     return create_tenant(smol_server.db_url)
@@ -77,10 +53,10 @@ def client(smol_server: RunningServer, tenant: TenantKeys) -> OpenAI:
 
 
 @pytest.fixture
-def admin(smol_server: RunningServer) -> Any:
-    admin = Admin(smol_server)
+def admin(smol_server: RunningServer) -> Iterator[AdminApi]:
+    admin = AdminApi(smol_server.url, smol_server.db_url)
     yield admin
-    admin.http.close()
+    admin.close()
 
 
 def ask(client: OpenAI, vllm: RealVllm, text: str, **fields: Any) -> Any:
@@ -107,7 +83,7 @@ def row(case: str, backend: str, response: Any, account: dict[str, Any]) -> dict
 
 def test_a_chain_is_token_exact_and_measured_equals_expected(
     client: OpenAI,
-    admin: Admin,
+    admin: AdminApi,
     smollm2: RealVllm,
     smol_server: RunningServer,
     report: list[dict[str, Any]],
@@ -140,7 +116,7 @@ def test_a_chain_is_token_exact_and_measured_equals_expected(
 
 def test_a_conversation_is_token_exact_turn_after_turn(
     client: OpenAI,
-    admin: Admin,
+    admin: AdminApi,
     smollm2: RealVllm,
     smol_server: RunningServer,
     report: list[dict[str, Any]],
@@ -164,7 +140,7 @@ def test_a_conversation_is_token_exact_turn_after_turn(
 
 def test_a_re_tokenized_answer_is_found_where_vllm_itself_diverges(
     client: OpenAI,
-    admin: Admin,
+    admin: AdminApi,
     smollm2: RealVllm,
     smol_server: RunningServer,
     report: list[dict[str, Any]],
@@ -222,7 +198,7 @@ def test_a_re_tokenized_answer_is_found_where_vllm_itself_diverges(
 
 def test_a_replayed_function_call_is_dropped_by_the_template(
     client: OpenAI,
-    admin: Admin,
+    admin: AdminApi,
     smollm2: RealVllm,
     smol_server: RunningServer,
     report: list[dict[str, Any]],
@@ -259,7 +235,7 @@ def test_a_replayed_function_call_is_dropped_by_the_template(
 
 def test_salt_rotation_and_a_tools_change_are_classified(
     client: OpenAI,
-    admin: Admin,
+    admin: AdminApi,
     smollm2: RealVllm,
     smol_server: RunningServer,
     tenant: TenantKeys,

@@ -66,16 +66,20 @@ def test_keeping_again_replaces_and_recharges() -> None:
     assert store.get("resp_a", digest="a2", item_count=5, session_id=SESSION) is not None
 
 
-def test_a_sessions_latest_kept_turn_is_offered_as_an_ancestor_of_longer_histories() -> None:
+def test_the_grandparent_or_the_sessions_latest_kept_turn_is_offered_as_an_ancestor() -> None:
     store = VerifiedHistories(budget_bytes=10_000)
     store.keep("resp_a", digest="da", session_id=SESSION, items=items(2))
     store.keep("resp_b", digest="db", session_id=SESSION, items=items(4))
-    ancestor = store.latest_in_session(SESSION, below=6)
+    ancestor = store.ancestor_for(None, SESSION, below=6)
     assert ancestor is not None
     assert (ancestor.response_id, ancestor.digest, len(ancestor.items)) == ("resp_b", "db", 4)
     # A history no longer than the kept one cannot descend from it.
-    assert store.latest_in_session(SESSION, below=4) is None
-    assert store.latest_in_session(mint_id(IdKind.RESPONSE), below=6) is None
+    assert store.ancestor_for(None, SESSION, below=4) is None
+    assert store.ancestor_for(None, mint_id(IdKind.RESPONSE), below=6) is None
+    # The parent's own parent, when kept, comes first: it is certainly an ancestor.
+    grandparent = store.ancestor_for("resp_a", SESSION, below=6)
+    assert grandparent is not None and grandparent.response_id == "resp_a"
+    assert store.ancestor_for("resp_unknown", SESSION, below=6) == ancestor
 
 
 def test_an_evicted_turn_is_no_longer_offered_as_an_ancestor() -> None:
@@ -84,6 +88,6 @@ def test_an_evicted_turn_is_no_longer_offered_as_an_ancestor() -> None:
     store.keep("resp_a", digest="da", session_id=SESSION, items=items(3))  # 30 bytes
     store.keep("resp_b", digest="db", session_id=other, items=items(3))
     store.keep("resp_c", digest="dc", session_id=other, items=items(3))  # evicts resp_a
-    assert store.latest_in_session(SESSION, below=10) is None
+    assert store.ancestor_for(None, SESSION, below=10) is None
     store.forget("resp_c")
-    assert store.latest_in_session(other, below=10) is None
+    assert store.ancestor_for(None, other, below=10) is None

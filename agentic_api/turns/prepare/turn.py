@@ -259,7 +259,9 @@ async def _parent_history(
     )
     if kept is not None:
         return list(kept)
-    ancestor = histories.latest_in_session(parent.session_id, below=parent.history_item_count)
+    ancestor = histories.ancestor_for(
+        parent.previous_response_id, parent.session_id, below=parent.history_item_count
+    )
     async with db.turn_read() as session:
         repo = ResponseRepository(session)
         if ancestor is None:
