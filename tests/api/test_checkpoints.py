@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import orjson
@@ -146,20 +148,40 @@ def other_worker(
         yield running
 
 
-def test_a_parent_another_worker_committed_is_read_after_the_ancestor_kept_here(
+@dataclass(frozen=True)
+class TwoWorkers:
+    """One tenant's clients of two servers over one database (``here`` is the one whose
+    kept histories the tests look at)."""
+
+    here: OpenAI
+    there: OpenAI
+    model: str
+
+    def turn(self, client: OpenAI, text: str, previous: Any = None) -> Any:
+        after = {"previous_response_id": previous.id} if previous is not None else {}
+        return client.responses.create(model=self.model, input=text, **after)
+
+
+@pytest.fixture
+def workers(
     server: RunningServer, other_worker: RunningServer, tenant: TenantKeys, sim: SimServer
-) -> None:
+) -> TwoWorkers:
     here, there = server.client(tenant, timeout=20), other_worker.client(tenant, timeout=20)
-    model = sim.config.model
-    first = here.responses.create(model=model, input="one")
-    second = here.responses.create(model=model, input="two", previous_response_id=first.id)
+    return TwoWorkers(here, there, sim.config.model)
+
+
+def test_a_parent_another_worker_committed_is_read_after_the_ancestor_kept_here(
+    server: RunningServer, workers: TwoWorkers, sim: SimServer
+) -> None:
+    here, there = workers.here, workers.there
+    second = workers.turn(here, "two", workers.turn(here, "one"))
     sim.push(Reply("said over there"))
-    third = there.responses.create(model=model, input="three", previous_response_id=second.id)
+    third = workers.turn(there, "three", second)
     sent_for_third = sim.requests("/v1/responses")[-1].json["input"]
     extended, misses = history_lookups(server, "extended"), history_lookups(server, "miss")
     # `third` is not kept here, `second` is: only `third`'s items are read, and they are
     # verified by extending `second`'s digest.
-    fourth = here.responses.create(model=model, input="four", previous_response_id=third.id)
+    fourth = workers.turn(here, "four", third)
     sent_for_fourth = sim.requests("/v1/responses")[-1].json["input"]
     assert fourth.status == "completed"
     assert history_lookups(server, "extended") == extended + 1
@@ -170,36 +192,33 @@ def test_a_parent_another_worker_committed_is_read_after_the_ancestor_kept_here(
 
 
 def test_turns_after_the_kept_ancestor_are_still_verified(
-    server: RunningServer, other_worker: RunningServer, tenant: TenantKeys, sim: SimServer
+    server: RunningServer, workers: TwoWorkers, sim: SimServer
 ) -> None:
-    here, there = server.client(tenant, timeout=20), other_worker.client(tenant, timeout=20)
-    model = sim.config.model
-    first = here.responses.create(model=model, input="first question")
-    second = here.responses.create(model=model, input="two", previous_response_id=first.id)
-    third = there.responses.create(model=model, input="first again", previous_response_id=second.id)
+    here, there = workers.here, workers.there
+    second = workers.turn(here, "two", workers.turn(here, "first question"))
+    third = workers.turn(there, "first again", second)
     execute(server.db_url, CORRUPTIONS["altered"], rid=third.id)
     calls_before = sim.calls("/v1/responses")
     with pytest.raises(InternalServerError) as error:
-        here.responses.create(model=model, input="four", previous_response_id=third.id)
+        workers.turn(here, "four", third)
     assert error.value.code == "checkpoint_invalid"
     assert third.id in error.value.message
     assert sim.calls("/v1/responses") == calls_before
 
 
 def test_a_branch_the_kept_turn_is_not_on_is_read_whole(
-    server: RunningServer, other_worker: RunningServer, tenant: TenantKeys, sim: SimServer
+    server: RunningServer, workers: TwoWorkers, sim: SimServer
 ) -> None:
-    here, there = server.client(tenant, timeout=20), other_worker.client(tenant, timeout=20)
-    model = sim.config.model
-    first = here.responses.create(model=model, input="one")
+    here, there = workers.here, workers.there
+    first = workers.turn(here, "one")
     # The session's latest turn kept here: a sibling of the branch continued below.
-    here.responses.create(model=model, input="two", previous_response_id=first.id)
-    branch = there.responses.create(model=model, input="two b", previous_response_id=first.id)
+    workers.turn(here, "two", first)
+    branch = workers.turn(there, "two b", first)
     sim.push(Reply("on the branch"))
-    tip = there.responses.create(model=model, input="three b", previous_response_id=branch.id)
+    tip = workers.turn(there, "three b", branch)
     sent_for_tip = sim.requests("/v1/responses")[-1].json["input"]
     extended = history_lookups(server, "extended")
-    after = here.responses.create(model=model, input="four b", previous_response_id=tip.id)
+    after = workers.turn(here, "four b", tip)
     sent = sim.requests("/v1/responses")[-1].json["input"]
     assert after.status == "completed"
     assert history_lookups(server, "extended") == extended
