@@ -13,12 +13,7 @@ write, and the other way round.
   the log restarts after a fold), which on a slow disk would stall every request
   in flight if it ran on the loop; there it may also simply wait for a write lock held
   by another process (busy timeout). Turns of one process commit one after another
-  anyway (SQLite has one writer at a time), so they are **group-committed**: turns that
-  arrive while the writer is busy wait in a queue, and the next write job takes them all
-  into one transaction, each table's rows in as few statements as possible
-  (``storage/turn_store/grouped_rows.py`` says why that matters). A group commits whole or
-  not at all, so each turn in it does; a group that fails (other than on a lock never
-  granted) is written again turn by turn, so that one turn's failure stays its own.
+  anyway: SQLite has one writer at a time.
 - Folding the WAL back into the database file (what SQLite calls a WAL checkpoint:
   copying the log's pages into the file, then syncing it; "checkpoint" in this project
   otherwise means a stored turn a continuation reads) runs on a third thread, every
@@ -31,20 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy.engine import Dialect
 
-from agentic_api.metrics import DB_STATEMENTS
-from agentic_api.storage.errors import is_busy
 from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.sqlite.drivers import run_when_unlocked
 from agentic_api.storage.sqlite.pragmas import SQLITE_BUSY_TIMEOUT_MS, connection_pragmas
 from agentic_api.storage.timing import timed_transaction
 from agentic_api.storage.turn_rows import NewItem
-from agentic_api.storage.turn_store.grouped_rows import write_grouped
 from agentic_api.storage.turn_store.statements import TurnInsert, TurnStatements
 
 FOLD_WAL_EVERY_COMMITS = 100
@@ -62,11 +53,6 @@ class SqliteTurnStore:
         self._fold_thread = ThreadPoolExecutor(1, thread_name_prefix="sqlite-wal-fold")
         self._commits = 0
         self._folding = False
-        # Turns waiting for the writer thread, with what each waiter waits on.
-        self._queue: list[tuple[TurnInsert, asyncio.Future[None]]] = []
-        self._queue_lock = threading.Lock()
-        self._job_waiting = False
-        self._max_parameters = 999  # SQLite's smallest default, until the writer connects
 
     async def checkpoint(self, tenant_id: str, response_id: str) -> Response | None:
         read = self._statements.checkpoint(tenant_id, response_id)
@@ -85,61 +71,10 @@ class SqliteTurnStore:
         artifact: TokenArtifactRow | None = None,
     ) -> None:
         turn = self._statements.insert(row, items, events, artifact)
-        loop = asyncio.get_running_loop()
-        written: asyncio.Future[None] = loop.create_future()
-        entry = (turn, written)
-        with self._queue_lock:
-            self._queue.append(entry)
-            # One write job waiting at a time: it takes every turn queued when it starts.
-            start, self._job_waiting = not self._job_waiting, True
-        if start:
-            try:
-                self._writer_thread.submit(self._write_queued, loop)
-            except RuntimeError:  # the store was closed: nothing will be written
-                with self._queue_lock:
-                    self._queue.remove(entry)
-                    self._job_waiting = False
-                raise
-        # Statements are counted as the writer sends them (fewer for a group).
-        with timed_transaction("write"):
-            try:
-                await written
-            except asyncio.CancelledError:
-                # Not taken yet: it is never written (as when a write never started).
-                with self._queue_lock:
-                    if entry in self._queue:
-                        self._queue.remove(entry)
-                raise
+        # BEGIN counts as one, as it does through SQLAlchemy; COMMIT, as there, does not.
+        with timed_transaction("write", statements=1 + turn.statement_count):
+            await asyncio.get_running_loop().run_in_executor(self._writer_thread, self._write, turn)
         self._after_commit()
-
-    def _write_queued(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the writer thread: every turn queued so far, in one transaction when there
-        are several; each turn's outcome goes back to its waiter on the loop."""
-        with self._queue_lock:
-            taken, self._queue = self._queue, []
-            self._job_waiting = False
-        if not taken:
-            return
-        try:
-            outcomes = self._write_group([turn for turn, _ in taken])
-        except BaseException as exc:  # not a database error: every waiter gets it
-            outcomes = [exc] * len(taken)
-        loop.call_soon_threadsafe(_settle, [written for _, written in taken], outcomes)
-
-    def _write_group(self, turns: list[TurnInsert]) -> list[BaseException | None]:
-        """Commits ``turns`` together, or (when that fails for other reasons than a lock
-        never granted) each in its own transaction, so that one turn's failure (a
-        duplicate id) is its own: a turn is written whole or not at all either way."""
-        if len(turns) == 1:
-            return [_outcome(self._write, turns[0])]
-        try:
-            self._transaction(lambda cursor: write_grouped(cursor, turns, self._max_parameters))
-        except Exception as exc:
-            if is_busy(exc):
-                # Nothing was written; waiting for the lock once per turn would not help.
-                return [_busy_copy(exc) for _ in turns]
-            return [_outcome(self._write, turn) for turn in turns]
-        return [None] * len(turns)
 
     def _after_commit(self) -> None:
         self._commits += 1
@@ -154,24 +89,21 @@ class SqliteTurnStore:
         self._folding = False
 
     def _write(self, turn: TurnInsert) -> None:
-        """On the writer thread: one turn in one transaction, committed or rolled back."""
-        self._transaction(lambda cursor: write_grouped(cursor, [turn], self._max_parameters))
-
-    def _transaction(self, statements: Callable[[sqlite3.Cursor], int]) -> None:
-        """On the writer thread: ``statements`` (which return how many they sent) in one
-        ``BEGIN IMMEDIATE`` transaction, committed or rolled back."""
+        """On the writer thread: one transaction, committed or rolled back."""
         if self._writer is None:
             self._writer = _connect(
                 self._database, busy_timeout_ms=SQLITE_BUSY_TIMEOUT_MS, folds_wal=False
             )
-            self._max_parameters = self._writer.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         connection = self._writer
         cursor = connection.cursor()
-        # BEGIN counts as one, as it does through SQLAlchemy; COMMIT, as there, does not.
-        DB_STATEMENTS.inc()
         cursor.execute("BEGIN IMMEDIATE")
         try:
-            DB_STATEMENTS.inc(statements(cursor))
+            cursor.execute(turn.response.sql, turn.response.parameters)
+            for rows in (turn.items, turn.events):
+                if rows.rows:
+                    cursor.executemany(rows.sql, rows.rows)
+            if turn.artifact is not None:
+                cursor.execute(turn.artifact.sql, turn.artifact.parameters)
             cursor.execute("COMMIT")
         except BaseException:
             if connection.in_transaction:
@@ -197,35 +129,6 @@ class SqliteTurnStore:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-
-def _outcome(write: Callable[[TurnInsert], None], turn: TurnInsert) -> BaseException | None:
-    try:
-        write(turn)
-    except Exception as exc:
-        return exc
-    return None
-
-
-def _busy_copy(exc: Exception) -> Exception:
-    """An error of its own for each waiter (one raised in several tasks would collect all
-    their tracebacks), still recognized as SQLite's BUSY."""
-    copy = type(exc)(*exc.args)
-    for attribute in ("sqlite_errorcode", "sqlite_errorname"):
-        if hasattr(exc, attribute):
-            setattr(copy, attribute, getattr(exc, attribute))
-    return copy
-
-
-def _settle(waiters: list[asyncio.Future[None]], outcomes: list[BaseException | None]) -> None:
-    """On the loop: each waiter gets its turn's outcome (a cancelled one is gone)."""
-    for written, outcome in zip(waiters, outcomes, strict=True):
-        if written.cancelled():
-            continue
-        if outcome is None:
-            written.set_result(None)
-        else:
-            written.set_exception(outcome)
 
 
 def _fold_wal(database: str) -> None:
