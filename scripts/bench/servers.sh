@@ -16,6 +16,9 @@
 # PG_TOO=1 (with DB=sqlite) adds a target `ours_pg` on BASE_PORT + 4: this checkout's
 # server on a fresh PostgreSQL database, so that SQLite and PostgreSQL are compared in one
 # run, at one load; with BEFORE, `before_pg` too (BASE_PORT + 5).
+#
+# WORKERS_TOO=N adds a target `ours_wN` on BASE_PORT + 6: this checkout's server with N
+# HTTP workers (on the same database as `ours`), to compare worker counts in one run.
 
 wait_http() {
   for _ in $(seq 1 100); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.2; done
@@ -103,6 +106,16 @@ start_servers() {
     [[ "$DB" == "sqlite" ]] || { echo "PG_TOO needs DB=sqlite" >&2; return 1; }
     _start_pg_target ours_pg $((BASE_PORT + 4)) ""
     [[ -z "${BEFORE:-}" ]] || _start_pg_target before_pg $((BASE_PORT + 5)) "$BEFORE"
+  fi
+  if [[ -n "${WORKERS_TOO:-}" ]]; then
+    local workers_port=$((BASE_PORT + 6)) workers_pid
+    AGENTIC_PORT=$workers_port AGENTIC_HTTP_WORKERS=$WORKERS_TOO .venv/bin/agentic-api serve \
+      >"$WORK/ours_w$WORKERS_TOO.log" 2>&1 &
+    workers_pid=$!
+    BENCH_PIDS+=($workers_pid)
+    wait_http "http://127.0.0.1:$workers_port/health"
+    targets+=(--target "ours_w$WORKERS_TOO=http://127.0.0.1:$workers_port"
+      --pid "ours_w$WORKERS_TOO=$workers_pid" --api-key "ours_w$WORKERS_TOO=$KEY")
   fi
   PEER_PID=
   if [[ -n "$PEER" && -x "$PEER/bin/agentic-server" ]]; then
