@@ -12,6 +12,13 @@
 # another source tree (e.g. `git worktree add DIR main`, or `git archive main | tar -x -C
 # DIR`), with this checkout's venv, so that a change is measured against what it changes
 # in the same run, rounds rotating, rather than in two runs at different loads.
+#
+# PG_TOO=1 (with DB=sqlite) adds a target `ours_pg` on BASE_PORT + 4: this checkout's
+# server on a fresh PostgreSQL database, so that SQLite and PostgreSQL are compared in one
+# run, at one load; with BEFORE, `before_pg` too (BASE_PORT + 5).
+#
+# WORKERS_TOO=N adds a target `ours_wN` on BASE_PORT + 6: this checkout's server with N
+# HTTP workers (on the same database as `ours`), to compare worker counts in one run.
 
 wait_http() {
   for _ in $(seq 1 100); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.2; done
@@ -25,7 +32,29 @@ _bench_cleanup() {
   if [[ "$DB" == "postgres" ]]; then
     psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $BENCH_DATABASE" || true
   fi
+  for database in "${PG_TOO_DATABASES[@]}"; do
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $database" || true
+  done
   if [[ -n "${KEEP_WORK:-}" ]]; then echo "kept $WORK (server logs)" >&2; else rm -rf "$WORK"; fi
+}
+
+# Our server (from TREE, or this checkout when empty) on a fresh PostgreSQL database.
+_start_pg_target() {
+  local name=$1 port=$2 tree=$3 key pid url
+  url=postgresql+asyncpg://postgres@127.0.0.1:5432/${BENCH_DATABASE}_$name
+  psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS ${BENCH_DATABASE}_$name"
+  psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE ${BENCH_DATABASE}_$name"
+  PG_TOO_DATABASES+=("${BENCH_DATABASE}_$name")
+  AGENTIC_DATA_DIR=$WORK/$name AGENTIC_DATABASE_URL=$url PYTHONPATH=$tree \
+    .venv/bin/agentic-api migrate >/dev/null
+  key=$(AGENTIC_DATA_DIR=$WORK/$name AGENTIC_DATABASE_URL=$url PYTHONPATH=$tree \
+    .venv/bin/agentic-api tenant create bench | sed -n "s/^api key (shown once): //p")
+  AGENTIC_DATA_DIR=$WORK/$name AGENTIC_DATABASE_URL=$url AGENTIC_PORT=$port PYTHONPATH=$tree \
+    .venv/bin/agentic-api serve >"$WORK/$name.log" 2>&1 &
+  pid=$!
+  BENCH_PIDS+=($pid)
+  wait_http "http://127.0.0.1:$port/health"
+  targets+=(--target "$name=http://127.0.0.1:$port" --pid "$name=$pid" --api-key "$name=$key")
 }
 
 start_servers() {
@@ -35,6 +64,7 @@ start_servers() {
   SIM_PORT=$BASE_PORT OURS_PORT=$((BASE_PORT + 1)) PEER_PORT=$((BASE_PORT + 2))
   WORK=$(mktemp -d "/tmp/$prefix.XXXXXX")
   BENCH_PIDS=()
+  PG_TOO_DATABASES=()
   trap _bench_cleanup EXIT
 
   .venv/bin/python -m tests.upstream_sim --port "$SIM_PORT" --model sim-model --block-size 32 \
@@ -71,6 +101,21 @@ start_servers() {
     wait_http "http://127.0.0.1:$before_port/health"
     targets+=(--target "before=http://127.0.0.1:$before_port" --pid "before=$before_pid"
       --api-key "before=$before_key")
+  fi
+  if [[ -n "${PG_TOO:-}" ]]; then
+    [[ "$DB" == "sqlite" ]] || { echo "PG_TOO needs DB=sqlite" >&2; return 1; }
+    _start_pg_target ours_pg $((BASE_PORT + 4)) ""
+    [[ -z "${BEFORE:-}" ]] || _start_pg_target before_pg $((BASE_PORT + 5)) "$BEFORE"
+  fi
+  if [[ -n "${WORKERS_TOO:-}" ]]; then
+    local workers_port=$((BASE_PORT + 6)) workers_pid
+    AGENTIC_PORT=$workers_port AGENTIC_HTTP_WORKERS=$WORKERS_TOO .venv/bin/agentic-api serve \
+      >"$WORK/ours_w$WORKERS_TOO.log" 2>&1 &
+    workers_pid=$!
+    BENCH_PIDS+=($workers_pid)
+    wait_http "http://127.0.0.1:$workers_port/health"
+    targets+=(--target "ours_w$WORKERS_TOO=http://127.0.0.1:$workers_port"
+      --pid "ours_w$WORKERS_TOO=$workers_pid" --api-key "ours_w$WORKERS_TOO=$KEY")
   fi
   PEER_PID=
   if [[ -n "$PEER" && -x "$PEER/bin/agentic-server" ]]; then

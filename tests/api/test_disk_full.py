@@ -64,6 +64,8 @@ def fill_the_disk(app: Any) -> None:
         store._writer.execute(FULL)
 
     asyncio.run(asyncio.to_thread(lambda: store._writer_thread.submit(on_writer).result()))
+    # ...and its connection for the commits on the loop (the server's loop is idle now).
+    store._inline_connection().execute(FULL)
 
 
 def post(

@@ -92,3 +92,28 @@ async def test_the_turn_stores_own_pool_replaces_connections_the_server_closed(
         assert await database.turns.checkpoint("ten_none", "resp_none") is None
     finally:
         await database.close()
+
+
+async def test_the_turn_stores_connections_go_back_to_its_pool_without_a_reset(
+    pg_url: str,
+) -> None:
+    # asyncpg's default reset is a round trip of its own on every release; the store's
+    # statements leave nothing to reset. The server shows each connection's last query.
+    database = Database.from_url(pg_url)
+    try:
+        for _ in range(3):
+            assert await database.turns.checkpoint("ten_none", "resp_none") is None
+        admin = await asyncpg.connect(pg_dsn(pg_url))
+        try:
+            last = [
+                row[0]
+                for row in await admin.fetch(
+                    "SELECT query FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                )
+            ]
+        finally:
+            await admin.close()
+        assert last and all("FROM responses" in query for query in last), last
+    finally:
+        await database.close()

@@ -162,22 +162,69 @@ async def test_a_failed_insert_leaves_nothing(db: Database) -> None:
     await db.turns.insert(sample_row("resp_b", tenant), ITEMS, [])
 
 
-async def test_sqlite_inserts_run_on_the_writer_thread(sqlite_database: Database) -> None:
-    # A commit may fsync: never on the event loop's thread.
+async def test_sqlite_inserts_run_on_the_loop_except_one_that_may_restart_the_wal(
+    sqlite_database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Restarting the WAL syncs its header (an fsync): never on the event loop's thread.
+    # Every other commit runs there (on the writer thread it waited for the GIL).
+    from agentic_api.storage.turn_store import sqlite as sqlite_turn_store
+
+    monkeypatch.setattr(sqlite_turn_store, "FOLD_WAL_EVERY_COMMITS", 3)
     tenant = await new_tenant(sqlite_database)
     store = sqlite_database.turns
     assert isinstance(store, SqliteTurnStore)
     threads: list[str] = []
-    write = store._write
+    write = sqlite_turn_store._write_on
 
-    def spy(turn: TurnInsert) -> None:
+    def spy(connection: Any, turn: TurnInsert) -> None:
         threads.append(threading.current_thread().name)
-        write(turn)
+        write(connection, turn)
 
-    store._write = spy  # type: ignore[method-assign]
-    await store.insert(sample_row("resp_t", tenant), ITEMS, [])
-    assert threads == [threads[0]] and threads[0] != threading.current_thread().name
-    assert await store.checkpoint(tenant, "resp_t") is not None
+    monkeypatch.setattr(sqlite_turn_store, "_write_on", spy)
+    for index in range(5):
+        await store.insert(sample_row(f"resp_t{index}", tenant), ITEMS, [])
+        await asyncio.sleep(0.05)  # lets a fold finish before the next commit
+    loop = threading.current_thread().name
+    # The store's first commit, then three on the loop (the third starts a fold), then
+    # the first after the fold on the writer thread again, as the loop's last.
+    assert [name == loop for name in threads] == [False, True, True, False, True]
+    assert all(name.startswith("sqlite-turn-writer") for name in threads if name != loop)
+    for index in range(5):
+        assert await store.checkpoint(tenant, f"resp_t{index}") is not None
+
+
+async def test_an_insert_on_the_loop_waits_for_the_write_lock_without_blocking_it(
+    sqlite_database: Database, sqlite_file_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentic_api.storage.sqlite import drivers
+
+    db = sqlite_database
+    tenant = await new_tenant(db)
+    await db.turns.insert(sample_row("resp_first", tenant), [], [])  # the writer thread's
+    monkeypatch.setattr(drivers, "BUSY_WAIT_SECONDS", 0.3)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    running = asyncio.ensure_future(ticker())
+    try:
+        holder = WriteLockHolder(database_file(sqlite_file_url))
+        with holder, pytest.raises(DatabaseBusy):
+            await db.turns.insert(sample_row("resp_a", tenant), ITEMS, [])
+        assert ticks >= 10  # the loop ran on while the insert waited
+        assert await db.turns.checkpoint(tenant, "resp_a") is None
+        # Once the lock is free, waited for: it commits.
+        with WriteLockHolder(database_file(sqlite_file_url)) as held:
+            asyncio.get_running_loop().call_later(0.1, held.release)
+            monkeypatch.setattr(drivers, "BUSY_WAIT_SECONDS", 5.0)
+            await db.turns.insert(sample_row("resp_a", tenant), ITEMS, [])
+        assert await db.turns.checkpoint(tenant, "resp_a") is not None
+    finally:
+        running.cancel()
 
 
 async def test_insert_waits_for_the_write_lock_then_gives_up_as_busy(
@@ -225,3 +272,5 @@ async def test_sqlite_wal_folds_run_on_their_own_thread_every_so_many_commits(
         return int(store._writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
 
     assert store._writer_thread.submit(writer_setting).result() == 0
+    assert store._inline is not None
+    assert int(store._inline.execute("PRAGMA wal_autocheckpoint").fetchone()[0]) == 0
