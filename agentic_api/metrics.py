@@ -19,10 +19,9 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from functools import wraps
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from prometheus_client import (
     REGISTRY,
@@ -35,9 +34,6 @@ from prometheus_client import (
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 DB_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -268,23 +264,6 @@ def _alive(pid: int) -> bool:
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:
     HTTP_REQUESTS.labels(method, route, str(status)).inc()
     HTTP_DURATION.labels(method, route).observe(seconds)
-
-
-def timed(histogram: Histogram) -> Callable[[Callable[P, Awaitable[T]]], Callable[P, Awaitable[T]]]:
-    """Decorates a coroutine function so each call's duration is observed."""
-
-    def decorate(function: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
-        @wraps(function)
-        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-            started = time.perf_counter()
-            try:
-                return await function(*args, **kwargs)
-            finally:
-                histogram.observe(time.perf_counter() - started)
-
-        return wrapper
-
-    return decorate
 
 
 class TurnMeter:

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from agentic_api import tracing
-from agentic_api.metrics import COMMIT_DURATION, timed
+from agentic_api.metrics import COMMIT_DURATION
 from agentic_api.storage.conversations import NewConversationItem
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response, TokenArtifactRow
@@ -95,7 +95,6 @@ def build_row(
     return row, items
 
 
-@timed(COMMIT_DURATION)
 async def commit_turn(
     db: Database,
     turn: PreparedTurn,
@@ -116,34 +115,38 @@ async def commit_turn(
     ``failure``: for a failed turn, our error as the client got it (its own code, e.g.
     ``commit_failed``), kept in the row's ``error`` so a keyed retry answers the same
     error; the Response object's ``error`` carries only a code OpenAI's schema allows."""
-    visible = [*turn.prompt_items, *output] if final["status"] in CONTINUABLE else []
-    row, items = build_row(turn, final, output, visible)
-    if failure is not None:
-        row.error = failure
-    artifact = None
-    if tokens is not None:
-        row.token_account = tokens.account.to_dict()
-        row.lost_by_cause = {cause.value: n for cause, n in tokens.account.lost.items()}
-        row.lost_tokens = sum(tokens.account.lost.values())
-        artifact = tokens.artifact
-    if events and hooks.event_log is not None:
-        events = await hooks.event_log.unsaved(events)
-    # The JSON each event was published with (turns/runner/in_progress.py), by id; an event
-    # never published yet (the terminal one, committed before it is sent) is serialized here.
-    known = serialized or {}
-    stored_events = [
-        (e["sequence_number"], (known.get(id(e)) or orjson.dumps(e)).decode()) for e in events or ()
-    ]
-    touches_only_itself = (
-        row.conversation_position is None and turn.reservation is None and not hooks.steps
-    )
-    with tracing.span("commit", attributes={"agentic.commit.items": len(items)}):
-        if touches_only_itself:
-            await db.turns.insert(row, items, stored_events, artifact)
-        else:
-            await _commit_with_the_rest(db, turn, hooks, row, items, stored_events, artifact)
-    if row.prefix_digest is not None:
-        histories.keep(row.id, digest=row.prefix_digest, session_id=row.session_id, items=visible)
+    with COMMIT_DURATION.time():
+        visible = [*turn.prompt_items, *output] if final["status"] in CONTINUABLE else []
+        row, items = build_row(turn, final, output, visible)
+        if failure is not None:
+            row.error = failure
+        artifact = None
+        if tokens is not None:
+            row.token_account = tokens.account.to_dict()
+            row.lost_by_cause = {cause.value: n for cause, n in tokens.account.lost.items()}
+            row.lost_tokens = sum(tokens.account.lost.values())
+            artifact = tokens.artifact
+        if events and hooks.event_log is not None:
+            events = await hooks.event_log.unsaved(events)
+        # The JSON each event was published with (turns/runner/in_progress.py), by id; an event
+        # never published yet (the terminal one, committed before it is sent) is serialized here.
+        known = serialized or {}
+        stored_events = [
+            (e["sequence_number"], (known.get(id(e)) or orjson.dumps(e)).decode())
+            for e in events or ()
+        ]
+        touches_only_itself = (
+            row.conversation_position is None and turn.reservation is None and not hooks.steps
+        )
+        with tracing.span("commit", attributes={"agentic.commit.items": len(items)}):
+            if touches_only_itself:
+                await db.turns.insert(row, items, stored_events, artifact)
+            else:
+                await _commit_with_the_rest(db, turn, hooks, row, items, stored_events, artifact)
+        if row.prefix_digest is not None:
+            histories.keep(
+                row.id, digest=row.prefix_digest, session_id=row.session_id, items=visible
+            )
 
 
 async def _commit_with_the_rest(
