@@ -43,6 +43,7 @@ otherwise, or when the agent never came back within the TTL.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -253,16 +254,10 @@ class KeepWarm:
             self._pause_lengths.popitem(last=False)
 
     def _expected_return(self, session_id: str, paused_at: float) -> float | None:
-        """The median of the session's earlier pauses after ``paused_at`` (the median: one
-        long tool call does not move it)."""
-        lengths = sorted(self._pause_lengths.get(session_id, ()))
-        if not lengths:
-            return None
-        middle = len(lengths) // 2
-        median = (
-            lengths[middle] if len(lengths) % 2 else (lengths[middle - 1] + lengths[middle]) / 2
-        )
-        return paused_at + median
+        """``paused_at`` plus the median of the session's earlier pauses (the median: one
+        long tool call does not move it); None before its first pause ended."""
+        lengths = self._pause_lengths.get(session_id)
+        return paused_at + statistics.median(lengths) if lengths else None
 
     def _settle(self, rewarm: Rewarm, next_cached: int) -> None:
         rewarm.next_cached_tokens = next_cached
