@@ -112,6 +112,8 @@ async def build_services(settings: Settings) -> Services:
             tenant_tokens_per_minute=settings.keep_warm_tenant_tokens_per_minute,
             max_rewarms_per_pause=settings.keep_warm_max_rewarms_per_pause,
             pause_on=settings.keep_warm_pause_on,
+            when=settings.keep_warm_when,
+            lead_seconds=settings.keep_warm_lead_seconds,
         )
     if settings.single_tenant:
         await _ensure_local_tenant(db)

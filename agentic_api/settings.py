@@ -277,6 +277,19 @@ class Settings(BaseSettings):
         "(tool_choice not 'none': the signal vllm-router's expected_resume gets; for agents "
         "whose model answers a tool step in text, as the tiny benchmark model does).",
     )
+    keep_warm_when: Literal["evicted", "before_return"] = Field(
+        "evicted",
+        description="When to re-warm a paused session whose prefix was evicted: at once "
+        "(evicted), or keep_warm_lead_seconds before the agent is expected back, from the "
+        "median of the session's own earlier pauses (before_return; a session with no "
+        "earlier pause is re-warmed at once).",
+    )
+    keep_warm_lead_seconds: float = Field(
+        2.0,
+        ge=0,
+        description="With keep_warm_when=before_return: how long before the expected "
+        "return the re-warm is sent.",
+    )
     keep_warm_ttl_seconds: float = Field(
         600.0,
         gt=0,

@@ -70,6 +70,9 @@ class AgentsConfig:
     block_size: int = 32
     seed: int = 0
     nonce: str = ""
+    # Send prompt_cache_key = bench-{run_tag}-a{index}: sessions that a rerun reproduces
+    # (a server that mints item ids derives a content session from them, which differs).
+    session_key: bool = False
     # Stateful targets: one API key per agent, cycled. ``history``: the salt to send.
     api_keys: Sequence[str | None] = (None,)
     salt: str | None = None
@@ -182,6 +185,8 @@ class Agent:
             body["input"] = [*self.history, *new]
             return body
         body["input"] = new
+        if self.config.session_key:
+            body["prompt_cache_key"] = f"bench-{self.config.run_tag}-a{self.index}"
         if chain == "conversation":
             body["conversation"] = self.conversation
         elif self.last is not None:

@@ -384,6 +384,14 @@ def agents(
     nonce: Annotated[
         str, typer.Option(help="Prefix of the shared prompt: a rerun that must start cold.")
     ] = "",
+    session_key: Annotated[
+        bool,
+        typer.Option(
+            help="Send each agent's prompt_cache_key (from the nonce and its index): a "
+            "stateful server derives the session from it, so a rerun with the same nonce "
+            "and API key has the same sessions (and the same consistent-hash placement)."
+        ),
+    ] = False,
     retries: Annotated[int, typer.Option(min=0, help="Retries of a failed turn.")] = 0,
     retry_delay: Annotated[float, typer.Option(min=0)] = 1.0,
     account_path: Annotated[
@@ -434,6 +442,7 @@ def agents(
                 block_size=block_size,
                 seed=seed,
                 nonce=nonce,
+                session_key=session_key,
                 api_keys=tuple(api_key) if api_key else (None,),
                 salt=salt,
                 retries=retries,

@@ -22,9 +22,15 @@ This module decides, and keeps the record; it does no I/O. Bounds:
   and each record says so);
 - never for more paused sessions than the replica's KV cache holds (its size from its own
   ``/metrics``): the paused sessions on a replica are ranked by when they paused (the
-  earliest is expected back first), and only those whose prompts and outputs, added up
-  in that order, fit ``capacity_share`` of its cache are re-warmed; re-warming the
-  others could only evict them (measured: docs/benchmarks/keep_warm);
+  earliest is expected back first), and only those whose blocks, added up in that order,
+  fit ``capacity_share`` of its cache are re-warmed; re-warming the others could only
+  evict them (measured: docs/benchmarks/keep_warm). Blocks are counted by their place in
+  the prefix chain, so a prefix the sessions share (a system prompt, tools) counts once;
+  a session without token ids counts its whole prompt + output;
+- with ``when="before_return"``, a prefix evicted early in a pause is re-warmed only
+  ``lead_seconds`` before the agent is expected back (the median of the session's own
+  earlier pauses), so the re-warmed blocks do not crowd others out for the whole pause; a
+  session with no earlier pause is re-warmed when evicted;
 - at most one re-warm of a session in flight, cancelled when the agent returns first, and
   at most ``max_rewarms_per_pause`` per pause (evicted again after that, the replica cannot
   hold every paused session: another re-warm would evict another one).
@@ -37,6 +43,7 @@ otherwise, or when the agent never came back within the TTL.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
@@ -45,6 +52,7 @@ from typing import Any, Literal, Protocol
 
 from agentic_api import metrics
 from agentic_api.cache.residency.tracker import ResidencyTracker
+from agentic_api.cache.residency.tree import chain_keys
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.status import CONTINUABLE_STATUSES
 
@@ -55,6 +63,9 @@ RECORDS_KEPT = 16
 Outcome = Literal["running", "done", "paid_off", "wasted", "cancelled", "failed"]
 SkipReason = Literal["tenant_budget", "budget", "pressure", "capacity", "ttl"]
 PauseOn = Literal["function_call", "tools_offered"]
+When = Literal["evicted", "before_return"]
+# Earlier pause lengths kept per session for its expected return.
+PAUSES_KEPT = 8
 
 
 class Cancellable(Protocol):
@@ -78,6 +89,8 @@ class Rewarm:
     paused_input_tokens: int
     # Whether the replica's pressure was checked (False: no metrics URL for it).
     pressure_checked: bool
+    # When the agent was expected back (its earlier pauses' median; None: no earlier one).
+    expected_return_at: float | None = None
     outcome: Outcome = "running"
     input_tokens: int | None = None
     cached_tokens: int | None = None
@@ -106,6 +119,8 @@ class Pause:
     paused_at: float
     input_tokens: int
     output_tokens: int
+    # When the agent is expected back, from its earlier pauses (None: none seen).
+    expected_return_at: float | None = None
     # Most leading tokens of prompt + output seen resident since the pause, and where.
     peak: int = 0
     peak_replica: str | None = None
@@ -154,6 +169,8 @@ class KeepWarm:
         tenant_tokens_per_minute: int,
         max_rewarms_per_pause: int = 1,
         pause_on: PauseOn = "function_call",
+        when: When = "evicted",
+        lead_seconds: float = 2.0,
         max_sessions: int = 10_000,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -163,6 +180,8 @@ class KeepWarm:
         self.tenant_tokens_per_minute = tenant_tokens_per_minute
         self.max_rewarms_per_pause = max_rewarms_per_pause
         self.pause_on = pause_on
+        self.when = when
+        self.lead_seconds = lead_seconds
         self.max_sessions = max_sessions
         self._clock = clock
         self._paused: OrderedDict[str, Pause] = OrderedDict()
@@ -170,6 +189,8 @@ class KeepWarm:
         self._tenants: dict[str, _Window] = {}
         # Records by session (bounded), and the ones not yet settled by a next turn.
         self._records: OrderedDict[str, deque[Rewarm]] = OrderedDict()
+        # How long each session's earlier pauses lasted (its tool calls), newest last.
+        self._pause_lengths: OrderedDict[str, deque[float]] = OrderedDict()
 
     def now(self) -> float:
         return self._clock()
@@ -180,7 +201,10 @@ class KeepWarm:
         """The agent is back: stop keeping the session warm (a re-warm in flight is
         cancelled; one that finished waits for this turn's result to be settled)."""
         pause = self._paused.pop(session_id, None)
-        if pause is None or pause.rewarm is None:
+        if pause is None:
+            return
+        self._learn_pause(session_id, self.now() - pause.paused_at)
+        if pause.rewarm is None:
             return
         if pause.rewarm.outcome == "running" and pause.task is not None:
             pause.task.cancel()
@@ -216,10 +240,24 @@ class KeepWarm:
             input_tokens=int(usage.get("input_tokens") or 0),
             output_tokens=int(usage.get("output_tokens") or 0),
         )
+        pause.expected_return_at = self._expected_return(session_id, pause.paused_at)
         self._paused[session_id] = pause
         self._paused.move_to_end(session_id)
         while len(self._paused) > self.max_sessions:
             self._paused.popitem(last=False)
+
+    def _learn_pause(self, session_id: str, length: float) -> None:
+        lengths = self._pause_lengths.setdefault(session_id, deque(maxlen=PAUSES_KEPT))
+        self._pause_lengths.move_to_end(session_id)
+        lengths.append(length)
+        while len(self._pause_lengths) > self.max_sessions:
+            self._pause_lengths.popitem(last=False)
+
+    def _expected_return(self, session_id: str, paused_at: float) -> float | None:
+        """``paused_at`` plus the median of the session's earlier pauses (the median: one
+        long tool call does not move it); None before its first pause ended."""
+        lengths = self._pause_lengths.get(session_id)
+        return paused_at + statistics.median(lengths) if lengths else None
 
     def _settle(self, rewarm: Rewarm, next_cached: int) -> None:
         rewarm.next_cached_tokens = next_cached
@@ -257,11 +295,18 @@ class KeepWarm:
             if found is None:
                 continue
             replica, resident, estimate = found
+            reason_why = "evicted while paused"
+            if self.when == "before_return" and pause.expected_return_at is not None:
+                if now < pause.expected_return_at - self.lead_seconds:
+                    # Evicted early: warming it now would hold its blocks (and push out
+                    # others') for the rest of the pause; ask again next tick.
+                    continue
+                reason_why = "evicted while paused; re-warmed ahead of its expected return"
             reason = self._over_budget(pause.tenant_id, estimate, now)
             if reason is not None:
                 self.skip(pause, reason)
                 continue
-            yield Due(pause, replica, resident, estimate, "evicted while paused")
+            yield Due(pause, replica, resident, estimate, reason_why)
 
     def _evicted(
         self, pause: Pause, tokens: Sequence[int] | None
@@ -298,18 +343,32 @@ class KeepWarm:
             return "budget"
         return None
 
-    def fits(self, due: Due, capacity_tokens: int, share: float) -> bool:
+    def fits(
+        self,
+        due: Due,
+        capacity_tokens: int,
+        share: float,
+        tokens_of: Callable[[Pause], Sequence[int] | None] = lambda _pause: None,
+    ) -> bool:
         """Whether ``due``'s session is among the paused sessions its replica can hold:
-        the earliest paused first, each taking its prompt and output."""
+        the earliest paused first, each adding the blocks of its prompt and output that
+        those before it do not already hold (``tokens_of``: its token ids; without them
+        it adds its whole prompt + output)."""
         room = capacity_tokens * share
-        held = 0
+        size = self._block_size(due.replica)
+        blocks: set[int] = set()
+        loose = 0
         for pause in sorted(self._paused.values(), key=lambda paused: paused.paused_at):
             replica = due.replica if pause is due.pause else _replica_of(pause)
             if replica != due.replica:
                 continue
-            held += pause.input_tokens + pause.output_tokens
+            tokens = tokens_of(pause) if size else None
+            if tokens and size:
+                blocks.update(chain_keys(tokens, size, pause.cache_salt))
+            else:
+                loose += pause.input_tokens + pause.output_tokens
             if pause is due.pause:
-                return held <= room
+                return len(blocks) * (size or 0) + loose <= room
         return False
 
     def skip(self, pause: Pause, reason: SkipReason) -> None:
@@ -337,6 +396,7 @@ class KeepWarm:
             estimated_tokens=due.estimate,
             paused_input_tokens=pause.input_tokens,
             pressure_checked=pressure_checked,
+            expected_return_at=pause.expected_return_at,
         )
         pause.rewarm, pause.task = rewarm, task
         pause.rewarms += 1

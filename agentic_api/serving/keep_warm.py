@@ -101,7 +101,7 @@ class KeepWarmLoop:
             return None
         capacity = load.kv_capacity_tokens
         if capacity is not None and not self.policy.fits(
-            due, capacity, settings.keep_warm_capacity_share
+            due, capacity, settings.keep_warm_capacity_share, self._tokens_of
         ):
             self.policy.skip(due.pause, "capacity")
             return None

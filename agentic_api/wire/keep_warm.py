@@ -21,6 +21,11 @@ class AdminRewarm(BaseModel):
         description="Whether the replica's own /metrics was read for the pressure bound "
         "(false: no metrics URL configured for it)."
     )
+    expected_return_at: float | None = Field(
+        None,
+        description="When the agent was expected back (Unix seconds: the pause's start "
+        "plus the median of the session's earlier pauses); null with no earlier pause.",
+    )
     outcome: Literal["running", "done", "paid_off", "wasted", "cancelled", "failed"] = Field(
         description="running; done (awaiting the next turn); paid_off (the next turn came "
         "back warm); wasted (it did not, or never came within the TTL); cancelled (the "

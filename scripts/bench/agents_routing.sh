@@ -30,9 +30,20 @@
 #                paused sessions warm (AGENTIC_KEEP_WARM_*, pause_on tools_offered: the tiny
 #                model answers tool steps in text); its /metrics' keep-warm lines are saved
 #                as NAME.ours.prom. Compare with the consistent_hash run of the same call.
+#   pinned_consistent_hash_rN, pinned_keep_warm_rN (not in the default RUNS): the two arms
+#                with placement held fixed. Both go through one server of ours (BASE+33,
+#                restarted for each arm on the same data dir: the same tenant) that follows
+#                both replicas' KV events; only AGENTIC_KEEP_WARM_* differ. The arms of one rN
+#                share their nonce and send `bench agents --session-key` (the same prompts,
+#                sessions and consistent-hash placement) through one router process (its
+#                hash ring is its own), and both replicas' prefix caches are reset before
+#                each arm (vLLM's /reset_prefix_cache, VLLM_SERVER_DEV_MODE=1 on them). KEEP_WARM_ENV applies to the
+#                keep-warm arm; pinned_keep_warm_before_rN is a third arm with
+#                AGENTIC_KEEP_WARM_WHEN=before_return. scripts/bench/keep_warm_pairs.py
+#                compares the arms of each rN.
 #   BASE_PORT    [19900]: +1/+2 replicas, +11/+12 taps, +20 router, +29 router metrics,
 #                +30 our server, +31 our server with agentic_context, +32 our server with
-#                keep-warm, +41/+42 and +51/+52 the
+#                keep-warm, +33 the pinned arms' server, +41/+42 and +51/+52 the
 #                KV-event relays (agents_kv_relay.py: replica side, router side)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,6 +64,10 @@ PY=.venv/bin/python
 ALL_RUNS="round_robin power_of_two consistent_hash cache_aware kv_aware \
 program_consistent_hash program_kv_aware restart_consistent_hash restart_program_consistent_hash"
 RUNS=${RUNS:-$ALL_RUNS}
+# The pinned arms reset the replicas' prefix caches, an endpoint of vLLM's dev mode only.
+DEV_MODE=0
+[[ " $RUNS " == *" pinned_"* ]] && DEV_MODE=1
+STAMP=$(date +%s)
 KV_TOKENS=$(( KV_BYTES / 1024 ))  # tiny model: 2 layers x K,V x 2 heads x 32 dims x 4 bytes
 
 WORK=$(mktemp -d /tmp/agents-routing.XXXXXX)
@@ -87,7 +102,7 @@ replica() {  # replica N: start (or restart) it on BASE+N
   else
     # Not scripts/real_vllm/start.sh: it always sets VLLM_CPU_KVCACHE_SPACE, which would
     # override --kv-cache-memory-bytes.
-    env -u VLLM_CPU_KVCACHE_SPACE HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+    env -u VLLM_CPU_KVCACHE_SPACE VLLM_SERVER_DEV_MODE=$DEV_MODE HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
       DO_NOT_TRACK=1 setsid "$VLLM_VENV/bin/python" scripts/real_vllm/launcher.py serve "$MODEL_DIR" \
       --host 127.0.0.1 --port "$port" --served-model-name tiny-llama \
       --enable-prefix-caching --enable-prompt-tokens-details --max-model-len 2048 \
@@ -123,9 +138,16 @@ ours() {  # our server on PORT, AGENTIC_ROUTER_AGENTIC_CONTEXT=$2, then VAR=valu
   PIDS[ours$port]=$!
   wait_http "http://127.0.0.1:$port/health"
 }
-key_for() {
-  AGENTIC_DATA_DIR=$WORK/ours-$1 .venv/bin/agentic-api tenant create "agents-$1" \
-    | sed -n "s/^api key (shown once): //p"
+key_for() {  # retried: the CLI's migration check can find the server's SQLite busy
+  local key=""
+  for _ in 1 2 3 4 5; do
+    key=$(AGENTIC_DATA_DIR=$WORK/ours-$1 .venv/bin/agentic-api tenant create "agents-$1" \
+      2>>"$WORK/key-$1.log" | sed -n "s/^api key (shown once): //p") || true
+    [[ -n "$key" ]] && break
+    sleep 2
+  done
+  [[ -n "$key" ]] || { echo "no tenant key from our server on $1" >&2; return 1; }
+  echo "$key"
 }
 router() {  # router POLICY [program]
   local policy=$1 program=${2:-}
@@ -143,7 +165,8 @@ router() {  # router POLICY [program]
       "{\"token_capacity_per_target\":$KV_TOKENS,\"global_queue\":true,\"metrics_interval_seconds\":1.0}")
   fi
   echo "vllm-router ${args[*]}" >"$WORK/router-command"
-  setsid "$ROUTER_BIN" "${args[@]}" >"$WORK/router-$RUN.log" 2>&1 </dev/null &
+  ROUTER_LOG="$WORK/router-$RUN.log"
+  setsid "$ROUTER_BIN" "${args[@]}" >"$ROUTER_LOG" 2>&1 </dev/null &
   PIDS[router]=$!
   wait_http "http://127.0.0.1:$((BASE + 20))/health"
 }
@@ -153,7 +176,8 @@ spec() {  # run name -> "policy program(0/1) restart(0/1)"; NAME_rN repeats NAME
     round_robin|power_of_two|consistent_hash|cache_aware|kv_aware) echo "${1%_r[0-9]} 0 0" ;;
     program_consistent_hash) echo "consistent_hash 1 0" ;;
     program_kv_aware) echo "kv_aware 1 0" ;;
-    keep_warm_consistent_hash) echo "consistent_hash 0 0" ;;
+    keep_warm_consistent_hash|pinned_consistent_hash|pinned_keep_warm|pinned_keep_warm_before)
+      echo "consistent_hash 0 0" ;;
     restart_consistent_hash) echo "consistent_hash 0 1" ;;
     restart_program_consistent_hash) echo "consistent_hash 1 1" ;;
     *) echo "unknown run $1" >&2; return 1 ;;
@@ -178,6 +202,32 @@ if [[ " $RUNS " == *" keep_warm_"* ]]; then
     ${KEEP_WARM_ENV:-}
   KEY_KEEP_WARM=$(key_for $((BASE + 32)))
 fi
+kv_events() {  # the replicas' KV events: through the relays (vLLM), or each simulator's socket
+  if [[ "$UPSTREAM" == "vllm" ]]; then
+    echo "r1=connect:tcp://127.0.0.1:$((BASE + 51)),r2=connect:tcp://127.0.0.1:$((BASE + 52))"
+  else
+    echo "r1=ipc://$WORK/kv-r1.ipc,r2=ipc://$WORK/kv-r2.ipc"
+  fi
+}
+pinned_arm() {  # (re)start the pinned server for RUN: keep-warm on or off, the same data dir
+  local port=$((BASE + 33)) enabled=false when=evicted
+  [[ $1 == pinned_keep_warm* ]] && enabled=true
+  [[ $1 == pinned_keep_warm_before* ]] && when=before_return
+  stop "ours$port"
+  # shellcheck disable=SC2086  # KEEP_WARM_ENV holds VAR=value pairs
+  ours "$port" false AGENTIC_KV_EVENTS_ENDPOINTS="$(kv_events)" \
+    AGENTIC_KEEP_WARM_ENABLED=$enabled AGENTIC_KEEP_WARM_PAUSE_ON=tools_offered \
+    AGENTIC_KEEP_WARM_WHEN=$when \
+    AGENTIC_KEEP_WARM_REPLICA_METRICS="r1=http://127.0.0.1:$((BASE + 11))/metrics,r2=http://127.0.0.1:$((BASE + 12))/metrics" \
+    $([[ $enabled == true ]] && echo "${KEEP_WARM_ENV:-}")
+  [[ -n "${KEY_PINNED:-}" ]] || KEY_PINNED=$(key_for "$port")
+  # Both replicas' caches empty: the arm starts from the state the other arm started from.
+  local reset=/reset_prefix_cache
+  [[ "$UPSTREAM" == "sim" ]] && reset=/_sim/reset_prefix_cache  # the simulator's own
+  for n in 1 2; do
+    curl -fs -X POST "http://127.0.0.1:$((BASE + n))$reset" >/dev/null
+  done
+}
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -192,13 +242,26 @@ fi
 jsons=()
 for RUN in $RUNS; do
   read -r policy program restart < <(spec "$RUN")
-  router "$policy" "$([[ $program == 1 ]] && echo program)"
+  # The pinned runs share one router process: its consistent-hash ring is the process's own
+  # (a restarted router placed the same session ids elsewhere), so it must not change
+  # between the arms of a pair.
+  if [[ $RUN != pinned_* || -z "${PIDS[router]:-}" ]]; then
+    stop router
+    router "$policy" "$([[ $program == 1 ]] && echo program)"
+  fi
   port=$((BASE + 30)); key=$KEY_PLAIN
   if [[ $program == 1 ]]; then port=$((BASE + 31)); key=$KEY_CONTEXT; fi
   if [[ $RUN == keep_warm_* ]]; then port=$((BASE + 32)); key=$KEY_KEEP_WARM; fi
   turns=$TURNS
   [[ $restart == 1 ]] && turns=$((TURNS + 1))
   NONCE="$RUN-$(date +%s)"
+  if [[ $RUN == pinned_* ]]; then
+    pinned_arm "$RUN"
+    port=$((BASE + 33)); key=$KEY_PINNED
+    # The pair's shared nonce: rN of both arms, this invocation.
+    pair=${RUN##*_r}; [[ $pair == "$RUN" ]] && pair=0
+    NONCE="pinned-$STAMP-r$pair"
+  fi
   echo "== $RUN: $(cat "$WORK/router-command")" | tee -a "$OUT/commands.txt"
   command=(.venv/bin/agentic-api bench agents --url "http://127.0.0.1:$port" --api-key "$key"
     --model tiny-llama
@@ -208,7 +271,14 @@ for RUN in $RUNS; do
     --tool-choice "$TOOL_CHOICE"
     --retries 20 --retry-delay 3 --seed 1 --nonce "$NONCE" --label "$RUN"
     --out "$OUT" --name "$RUN")
+  # The pinned arms' sessions from prompt_cache_key: the same in both arms of a pair.
+  [[ $RUN == pinned_* ]] && command+=(--session-key)
   echo "${command[*]}" | sed "s/$key/\$KEY/" >>"$OUT/commands.txt"
+  # The taps' lines of this run only: the arms of a pinned pair share their nonce, which
+  # is what agents_attribute.py matches a tap line by.
+  taps=("$WORK/tap-r1.jsonl" "$WORK/tap-r2.jsonl")
+  lines() { if [[ -f "$1" ]]; then wc -l <"$1"; else echo 0; fi; }
+  marks=("$(lines "${taps[0]}")" "$(lines "${taps[1]}")")
   if [[ $restart == 1 ]]; then
     "${command[@]}" >"$WORK/bench-$RUN.log" 2>&1 &
     bench=$!
@@ -225,13 +295,17 @@ for RUN in $RUNS; do
   else
     "${command[@]}" >"$WORK/bench-$RUN.log" 2>&1
   fi
-  $PY scripts/bench/agents_attribute.py "$OUT/$RUN.json" "$WORK/tap-r1.jsonl" "$WORK/tap-r2.jsonl" \
+  if [[ $RUN == pinned_* ]]; then
+    for n in 0 1; do tail -n +$((marks[n] + 1)) "${taps[n]}" >"$WORK/tap-$RUN-$n.jsonl"; done
+    taps=("$WORK/tap-$RUN-0.jsonl" "$WORK/tap-$RUN-1.jsonl")
+  fi
+  $PY scripts/bench/agents_attribute.py "$OUT/$RUN.json" "${taps[@]}" \
     | tee -a "$OUT/commands.txt"
   curl -fs "http://127.0.0.1:$((BASE + 29))/metrics" | grep -E "^vllm_router_(policy_decisions|program)" \
     >"$OUT/$RUN.router.prom" || true
   # The router's own account (warnings, program-scheduling events), de-coloured and capped.
-  sed 's/\x1b\[[0-9;]*m//g' "$WORK/router-$RUN.log" | tail -n 300 >"$OUT/$RUN.router.log"
-  if [[ $RUN == keep_warm_* ]]; then
+  sed 's/\x1b\[[0-9;]*m//g' "$ROUTER_LOG" | tail -n 300 >"$OUT/$RUN.router.log"
+  if [[ $RUN == keep_warm_* || $RUN == pinned_keep_warm* ]]; then
     # Each session's re-warms as our admin lineage shows them (when, why, tokens, outcome).
     admin_key=$(AGENTIC_DATA_DIR=$WORK/ours-$port .venv/bin/agentic-api admin-key create \
       --name "bench-$RUN" | sed -n "s/^admin key (shown once): //p")
@@ -241,7 +315,7 @@ for RUN in $RUNS; do
   # Our server's own account of the run (keep-warm: re-warms, tokens, skips).
   curl -fs "http://127.0.0.1:$port/metrics" | grep -E "^agentic_(keep_warm|kv_evicted_before_resume)" \
     >"$OUT/$RUN.ours.prom" || true
-  stop router
+  [[ $RUN == pinned_* ]] || stop router
   jsons+=("$OUT/$RUN.json")
 done
 .venv/bin/agentic-api bench agents-report "${jsons[@]}" --out "$OUT" --name agents_routing

@@ -111,6 +111,32 @@ def test_streamed_agents_report_ttft_before_the_end(
     assert all(r.json["stream"] is True for r in sim.requests("/v1/responses"))
 
 
+@pytest.mark.parametrize("session_key", [False, True])
+def test_a_rerun_with_the_same_nonce_has_the_same_sessions_only_with_session_keys(
+    server: RunningServer, tenant: TenantKeys, sim: SimServer, session_key: bool
+) -> None:
+    """The pinned keep-warm benchmark's premise: the same sessions (hence the same
+    consistent-hash placement) in both arms. Without a key, a chain's root session is
+    derived from its first items, ids included, which our server mints afresh."""
+    config = AgentsConfig(
+        model=sim.config.model,
+        agents=2,
+        turns=2,
+        api_keys=(tenant.api_key,),
+        nonce=f"rerun-{session_key}-{server.backend}",
+        session_key=session_key,
+        **FAST,  # type: ignore[arg-type]
+    )
+    sessions = []
+    for _ in range(2):
+        before = len(sim.requests("/v1/responses"))
+        run(Target("ours", server.url, stateful=True), config)
+        sent = sim.requests("/v1/responses")[before:]
+        sessions.append({r.headers["x-session-id"] for r in sent})
+    assert len(sessions[0]) == 2
+    assert (sessions[0] == sessions[1]) is session_key
+
+
 def test_token_account_columns_are_read_when_the_server_has_them(
     server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:

@@ -432,3 +432,95 @@ def test_a_disabled_tenant_gets_no_rewarm_and_a_rotated_salt_warms_the_new_one(
         evict(server, kv_sim)
         time.sleep(1.0)  # twenty of the loop's ticks
         assert rewarms(kv_sim, other.session_id) == []
+
+
+def pause_again(agent: Agent) -> Response:
+    """The agent's return that pauses again in another function call."""
+    agent.sim.push(ToolCalls([Call("lookup", {"q": "tides"}, call_id="call_kw2")]))
+    again: Response = agent.client.responses.create(
+        model="sim-model",
+        input=[{"type": "function_call_output", "call_id": "call_kw", "output": "sunny"}],
+        previous_response_id=agent.paused.id,
+        tools=TOOLS,
+    )
+    assert again.output[-1].type == "function_call"
+    agent.paused = again
+    return again
+
+
+TOOL_SECONDS = 3.0
+LEAD_SECONDS = 1.0
+
+
+@pytest.mark.parametrize(
+    ("bounds", "skipped"),
+    [({}, None), ({"keep_warm_tenant_tokens_per_minute": 50}, "tenant_budget")],
+)
+def test_before_return_an_early_eviction_is_rewarmed_shortly_before_the_agent_is_back(
+    bounds: dict[str, int],
+    skipped: str | None,
+    backend: str,
+    fresh_db: str,
+    kv_sim: SimServer,
+    replica: str,
+    tmp_path: Path,
+) -> None:
+    """``AGENTIC_KEEP_WARM_WHEN=before_return``: the session's first tool call took
+    TOOL_SECONDS, so in its second pause it is expected back TOOL_SECONDS after pausing;
+    its prefix, evicted at once, is re-warmed LEAD_SECONDS before that, not when it went
+    (and the bounds still apply then)."""
+    skipped_before = metric("agentic_keep_warm_skipped_total", reason=skipped or "budget")
+    with (
+        keep_warm_server(
+            backend,
+            fresh_db,
+            kv_sim,
+            replica,
+            tmp_path,
+            keep_warm_when="before_return",
+            keep_warm_lead_seconds=LEAD_SECONDS,
+            **bounds,
+        ) as server,
+        admin_client(server) as admin,
+    ):
+        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+        agent.pause()
+        time.sleep(TOOL_SECONDS)  # the first tool call: the session's pause length
+        sent_again = time.time()
+        paused = pause_again(agent)
+        eventually(lambda: resident(admin, paused.id, replica) > 0, "the paused prefix resident")
+        time.sleep(0.3)
+        evict(server, kv_sim)
+        eventually(lambda: resident(admin, paused.id, replica) == 0, "the prefix evicted")
+        # Evicted early in the pause: nothing sent yet (an eviction-time re-warm would be).
+        assert rewarms(kv_sim, agent.session_id) == []
+        if skipped is not None:
+            eventually(
+                lambda: metric("agentic_keep_warm_skipped_total", reason=skipped) > skipped_before,
+                f"a skip for {skipped} once the re-warm was due",
+            )
+            assert time.time() >= sent_again + TOOL_SECONDS - LEAD_SECONDS
+            assert rewarms(kv_sim, agent.session_id) == []
+            return
+        eventually(lambda: bool(rewarms(kv_sim, agent.session_id)), "the re-warm before return")
+        eventually(lambda: resident(admin, paused.id, replica) > 0, "the prefix back")
+        agent.sim.push(Reply("done with the tides"))
+        back = agent.client.responses.create(
+            model="sim-model",
+            input=[{"type": "function_call_output", "call_id": "call_kw2", "output": "high"}],
+            previous_response_id=paused.id,
+            tools=TOOLS,
+        )
+        assert back.usage is not None and paused.usage is not None
+        assert back.usage.input_tokens_details.cached_tokens >= full_blocks(
+            paused.usage.input_tokens
+        )
+        ancestors = admin.get(f"/responses/{back.id}/lineage").json()["ancestors"]
+        (record,) = ancestors[1]["rewarms"]
+        assert ancestors[0]["rewarms"] == []  # the first pause was never evicted
+        assert record["outcome"] == "paid_off"
+        assert record["reason"] == "evicted while paused; re-warmed ahead of its expected return"
+        # Expected back one first-pause length (at least TOOL_SECONDS) after it paused, and
+        # sent no earlier than LEAD_SECONDS before that.
+        assert record["expected_return_at"] >= sent_again + TOOL_SECONDS
+        assert record["at"] >= record["expected_return_at"] - LEAD_SECONDS

@@ -1,10 +1,14 @@
 """The keep-warm capacity bound: on a replica holding more paused sessions than its KV
 cache fits, only those paused earliest (expected back first) whose prompts and outputs
-fit the cache's share are re-warmed; sessions on other replicas take none of its room."""
+fit the cache's share are re-warmed; sessions on other replicas take none of its room, and
+a prefix the sessions share (blocks in the same place of the chain) is counted once."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentic_api.cache.keep_warm import Due, KeepWarm, Pause
+from agentic_api.cache.residency.events import Batch, BlocksStored
 from agentic_api.cache.residency.tracker import ResidencyTracker
 from agentic_api.wire.requests import CreateResponseRequest
 
@@ -71,3 +75,50 @@ def test_a_rewarm_counts_where_it_was_sent_until_seen_again() -> None:
     assert rewarm.replica == "a"
     assert not policy.fits(due(pauses["next"], "a"), 2000, 1.0)
     assert policy.fits(due(pauses["next"], "a"), 2500, 1.0)
+
+
+BLOCK = 32
+# The benchmark's shape: an 864-token shared prefix (27 blocks) and each session's own
+# 320 tokens (10 blocks), plus a partial block vLLM does not cache.
+SHARED = list(range(864))
+
+
+def session_tokens(own_start: int) -> list[int]:
+    return SHARED + list(range(own_start, own_start + 320 + 7))
+
+
+def test_a_shared_prefix_is_counted_once() -> None:
+    policy, pauses = policy_with(
+        ("first", 10.0, 1191, "a"), ("second", 20.0, 1191, "a"), ("third", 30.0, 1191, "a")
+    )
+    # The replica's block size, as its KV events give it.
+    policy.residency.apply("a", Batch(0, 0.0, (BlocksStored((1,), BLOCK, None, None),)), 0.0)
+    tokens = {
+        "first": session_tokens(10_000),
+        "second": session_tokens(20_000),
+        "third": session_tokens(30_000),
+    }
+
+    def tokens_of(pause: Pause) -> Sequence[int] | None:
+        return tokens[pause.session_id]
+
+    # 864 shared + 3 x 320 own = 1,824 tokens in full blocks: fits 2,048 (2,560 x 0.8);
+    # each session's whole prompt + output added up (3 x 1,191 = 3,573) would not.
+    assert policy.fits(due(pauses["third"], "a"), 2560, 0.8, tokens_of)
+    assert not policy.fits(due(pauses["third"], "a"), 2560, 0.8)
+    # Its own blocks still count: 1,824 does not fit 1,800.
+    assert not policy.fits(due(pauses["third"], "a"), 1800, 1.0, tokens_of)
+    assert policy.fits(due(pauses["second"], "a"), 1800, 1.0, tokens_of)
+
+
+def test_the_same_tokens_under_another_salt_are_other_blocks() -> None:
+    policy, pauses = policy_with(("first", 10.0, 1191, "a"), ("second", 20.0, 1191, "a"))
+    pauses["second"].cache_salt = "another tenant"
+    policy.residency.apply("a", Batch(0, 0.0, (BlocksStored((1,), BLOCK, None, None),)), 0.0)
+
+    def tokens_of(pause: Pause) -> Sequence[int] | None:
+        return session_tokens(10_000)
+
+    # Same tokens, two salts: vLLM shares nothing, so 2 x 1,184 must fit.
+    assert not policy.fits(due(pauses["second"], "a"), 2000, 1.0, tokens_of)
+    assert policy.fits(due(pauses["second"], "a"), 2400, 1.0, tokens_of)

@@ -37,6 +37,18 @@ def content_keys(tokens: Sequence[int], block_size: int) -> list[int]:
     ]
 
 
+def chain_keys(tokens: Sequence[int], block_size: int, salt: str | None) -> list[int]:
+    """An identity for each full block of ``tokens`` *in its place*: the block's content
+    and every block before it, under ``salt`` — equal for two sequences exactly where vLLM
+    would share the block (a common prefix), so a set of them counts shared blocks once."""
+    keys: list[int] = []
+    chain = hash(("salt", salt))
+    for content in content_keys(tokens, block_size):
+        chain = hash((chain, content))
+        keys.append(chain)
+    return keys
+
+
 class BlockTree:
     """Plain data, no locks (``tracker.py`` holds them)."""
 

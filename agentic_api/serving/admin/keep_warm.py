@@ -26,6 +26,7 @@ def rewarm_view(rewarm: Rewarm) -> AdminRewarm:
         resident_before=rewarm.resident_before,
         estimated_tokens=rewarm.estimated_tokens,
         pressure_checked=rewarm.pressure_checked,
+        expected_return_at=rewarm.expected_return_at,
         outcome=rewarm.outcome,
         input_tokens=rewarm.input_tokens,
         cached_tokens=rewarm.cached_tokens,

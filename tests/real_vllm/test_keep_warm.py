@@ -1,0 +1,158 @@
+"""Keep paused agents warm against a real vLLM (CPU, tiny random Llama) with a KV cache of
+2,048 tokens (``--max-model-len 1024``: the smallest cache it starts with is the model
+length plus a block), its KV events on an ipc:// endpoint and its /metrics read for the
+pressure and capacity bounds.
+
+An agent's turn offers tools and pauses (``pause_on=tools_offered``: the tiny random model
+answers a tool step in text); another tenant's prompts push its blocks out of the cache; the
+keep-warm loop sees the drop in the replica's KV events and re-warms the paused prefix; the
+agent's return then finds every full block of the paused prompt cached (vLLM's own
+``cached_tokens``), and the timeline's record of the re-warm says it paid off.
+
+The module starts (and stops) its own replica, PostgreSQL only, as the other KV-event
+modules do (``kv_db_url`` in conftest.py: residency and keep-warm live in memory, and their
+admin queries run on both backends in the api tier).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openai import OpenAI
+from prometheus_client import REGISTRY
+
+from tests.conftest import RunningServer, app_server
+from tests.real_vllm.test_kv_residency import BLOCK, Replica, text
+from tests.support.servers import free_port
+from tests.support.tenants import create_admin_key, create_tenant
+from tests.support.typed import usage_of
+
+pytestmark = pytest.mark.real_vllm
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "real_vllm"
+NAME = "kw-replica"
+TOOLS: Any = [
+    {
+        "type": "function",
+        "name": "lookup",
+        "description": "Look a word up.",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        "strict": False,
+    }
+]
+
+
+@pytest.fixture(scope="module")
+def replica() -> Iterator[Replica]:
+    subprocess.run([str(SCRIPTS / "setup.sh")], check=True, stdout=subprocess.DEVNULL)
+    folder = Path(tempfile.mkdtemp(prefix="kwr-"))  # ipc:// paths must stay short
+    started = Replica(NAME, free_port(), f"ipc://{folder}/{NAME}.ipc")
+    try:
+        started.start()
+        yield started
+    finally:
+        started.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server(
+    kv_db_url: str, replica: Replica, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    with app_server(
+        "postgres",
+        kv_db_url,
+        replica.url,
+        tmp_path_factory.mktemp("kw-real"),
+        kv_events_endpoints={NAME: replica.endpoint},
+        keep_warm_enabled=True,
+        keep_warm_pause_on="tools_offered",
+        keep_warm_interval_seconds=0.1,
+        keep_warm_replica_metrics={NAME: f"{replica.url}/metrics"},
+    ) as running:
+        yield running
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def eventually(check: Callable[[], bool], what: str, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never: {what}")
+        time.sleep(0.1)
+
+
+def ask(client: OpenAI, words: str, **extra: Any) -> Any:
+    return client.responses.create(
+        model="tiny-llama", input=words, temperature=0, max_output_tokens=4, **extra
+    )
+
+
+def test_a_paused_agent_evicted_by_other_traffic_is_rewarmed_and_returns_warm(
+    server: RunningServer,
+) -> None:
+    paid_before = metric("agentic_keep_warm_rewarms_total", outcome="paid_off")
+    tokens_before = metric("agentic_keep_warm_tokens_total")
+    client = server.client(create_tenant(server.db_url), timeout=120)
+    others = server.client(create_tenant(server.db_url), timeout=120)
+    admin = httpx.Client(
+        base_url=f"{server.url}/admin/v1",
+        headers={"Authorization": f"Bearer {create_admin_key(server.db_url)}"},
+        timeout=30,
+    )
+
+    def resident() -> int:
+        view = admin.get(f"/responses/{paused.id}/residency").json()
+        return sum(r["resident_tokens"] for r in view["replicas"] if r["replica"] == NAME)
+
+    def records() -> list[dict[str, Any]]:
+        lineage = admin.get(f"/responses/{paused.id}/lineage").json()
+        found: list[dict[str, Any]] = lineage["ancestors"][0]["rewarms"]
+        return found
+
+    with admin:
+        # ~440 tokens with the tools: about a fifth of the cache, well inside its capacity share.
+        paused = ask(client, text(f"kw{uuid.uuid4().hex[:6]}", 110), tools=TOOLS)
+        paused_prompt = usage_of(paused).input_tokens
+        eventually(lambda: resident() >= paused_prompt // BLOCK * BLOCK, "the paused prefix")
+        time.sleep(0.5)  # a few of the loop's ticks: it has seen the prefix resident
+        # Other agents (no tools: they do not pause) fill the cache, one prompt at a time,
+        # until the keep-warm loop has seen the paused prefix drop and re-warmed it.
+        sent = 0
+        while not records():
+            assert sent < 12, "the paused prefix was never re-warmed"
+            ask(others, text(f"o{sent}{uuid.uuid4().hex[:4]}", 160))
+            sent += 1
+            time.sleep(0.5)
+        assert sent >= 2, "evicted before other traffic filled the cache"
+        eventually(lambda: records()[0]["outcome"] == "done", "the re-warm answered")
+        (rewarm,) = records()
+        assert rewarm["reason"] == "evicted while paused" and rewarm["replica"] == NAME
+        # It was re-warmed because its prefix had gone, and it prefilled what had gone.
+        assert rewarm["resident_before"] is not None
+        assert rewarm["resident_before"] < paused_prompt // BLOCK * BLOCK
+        assert rewarm["pressure_checked"] is True
+        assert rewarm["spent_tokens"] > 0
+        assert rewarm["input_tokens"] > paused_prompt
+        eventually(lambda: resident() >= paused_prompt // BLOCK * BLOCK, "the prefix back")
+
+        back = ask(client, text("the tool said", 20), tools=TOOLS, previous_response_id=paused.id)
+        cached = usage_of(back).input_tokens_details.cached_tokens
+        assert cached >= paused_prompt // BLOCK * BLOCK > 0
+        (settled,) = records()
+        assert settled["outcome"] == "paid_off"
+        assert settled["next_cached_tokens"] == cached
+    assert metric("agentic_keep_warm_rewarms_total", outcome="paid_off") == paid_before + 1
+    assert metric("agentic_keep_warm_tokens_total") == tokens_before + settled["spent_tokens"]
