@@ -1,4 +1,12 @@
-"""SSE responses: framing our events for the client."""
+"""SSE responses: framing our events for the client.
+
+A streamed turn is written by ``TurnEventStream`` rather than Starlette's
+``StreamingResponse``: under uvicorn (ASGI spec 2.3) that response runs its body in a
+task of its own beside a task listening for the disconnect, with an async generator
+between the channel and ``send``, so each relayed event woke two tasks and three
+generator frames. Here the request's own task reads the channel and sends; a small
+watcher only tells the channel when the client leaves.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +15,10 @@ from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import orjson
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
+from agentic_api.turns.runner.channel import ReaderGone
 from agentic_api.turns.stream import TurnStream
 from agentic_api.upstream.sse import frame_sse
 
@@ -23,14 +33,47 @@ def sse_response(body: AsyncIterator[bytes]) -> StreamingResponse:
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-async def from_turn(stream: TurnStream) -> AsyncIterator[bytes]:
-    next_events = stream.channel.next_events
-    # Leaving early (the client went away) applies the stream's disconnect rule.
-    with stream:
-        # Every event published by now in one write: when the server falls behind, the
-        # events that piled up cost one write (and one wake-up of the client), not one each.
-        while events := await next_events():
-            yield b"".join([frame_sse(str(e.get("type", "message")), d) for e, d in events])
+class TurnEventStream(Response):
+    """A streamed turn's SSE response: the same head as ``sse_response`` (the status,
+    ``text/event-stream; charset=utf-8``, ``SSE_HEADERS``), then every event the turn
+    publishes, the events published by then in one write each time, the last of them
+    with the end of the body."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, stream: TurnStream) -> None:
+        self.stream = stream
+        self.status_code = 200
+        self.background = None
+        self.init_headers(SSE_HEADERS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stream = self.stream
+        channel = stream.channel
+        next_events = channel.next_events
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        watcher = asyncio.ensure_future(_client_gone(receive))
+        watcher.add_done_callback(lambda _: channel.reader_gone())
+        more = True
+        try:
+            # Leaving early (the client went away) applies the stream's disconnect rule.
+            with stream:
+                while more and (events := await next_events()):
+                    body = b"".join([frame_sse(e["type"], d) for e, d in events])
+                    more = not channel.closed
+                    await send({"type": "http.response.body", "body": body, "more_body": more})
+            if more:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except ReaderGone:
+            return
+        finally:
+            watcher.cancel()
+
+
+async def _client_gone(receive: Receive) -> None:
+    """Returns once the client disconnected (or the response is complete)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def from_list(events: Iterable[dict[str, Any]]) -> AsyncIterator[bytes]:

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__,
+# which made building the event cost more than decoding it (one per relayed event).
+@dataclass(slots=True)
 class SseEvent:
     event: str | None
     data: str
@@ -34,16 +36,34 @@ class SseDecoder:
         events: list[SseEvent] = []
         start = 0
         find = chunk.find
-        while (end := find(b"\n", start)) != -1:
-            if self._partial:
-                # Kept in pieces: a long line arriving in many chunks is joined once.
-                self._partial.append(chunk[start:end])
-                line = b"".join(self._partial)
-                self._partial.clear()
-            else:
-                line = chunk[start:end]
-            start = end + 1
+        if self._partial:
+            end = find(b"\n")
+            if end == -1:
+                self._partial.append(chunk)
+                return events
+            # Kept in pieces: a long line arriving in many chunks is joined once.
+            self._partial.append(chunk[:end])
+            line = b"".join(self._partial)
+            self._partial.clear()
             self._line(line, events)
+            start = end + 1
+        blocks = True
+        while True:
+            if blocks and not self._data and self._event is None:
+                # A whole event at once (its lines up to the blank line ending it), the
+                # common case, where no line before it is still open.
+                end = find(b"\n\n", start)
+                if end == -1:
+                    blocks = False
+                elif b"\r" not in (block := chunk[start:end]):
+                    start = end + 2
+                    self._block(block, events)
+                    continue
+            end = find(b"\n", start)
+            if end == -1:
+                break
+            self._line(chunk[start:end], events)
+            start = end + 1
         if start < len(chunk):
             self._partial.append(chunk[start:])
         return events
@@ -59,6 +79,26 @@ class SseDecoder:
             events.append(SseEvent(self._event, "\n".join(self._data)))
             self._event, self._data = None, []
         return events
+
+    def _block(self, block: bytes, events: list[SseEvent]) -> None:
+        """One event's lines (LF-ended, no CR), its blank line taken off. The two shapes
+        model servers send, ``event: NAME`` + ``data: JSON`` and a lone ``data: JSON``,
+        are read at once; anything else goes line by line, the same as ``_line``."""
+        if block.startswith(b"event: "):
+            split = block.find(b"\n", 7)
+            one_data_line = block.startswith(b"data: ", split + 1) and (
+                block.find(b"\n", split + 1) == -1
+            )
+            if split != -1 and one_data_line:
+                name = block[7:split].decode("utf-8", "replace")
+                events.append(SseEvent(name, block[split + 7 :].decode("utf-8", "replace")))
+                return
+        elif block.startswith(b"data: ") and block.find(b"\n") == -1:
+            events.append(SseEvent(None, block[6:].decode("utf-8", "replace")))
+            return
+        for line in block.split(b"\n"):
+            self._line(line, events)
+        self._line(b"", events)
 
     def _line(self, raw: bytes, events: list[SseEvent]) -> None:
         line = raw.decode("utf-8", "replace").rstrip("\r")

@@ -17,9 +17,23 @@ def decoded(*chunks: bytes) -> list[tuple[str | None, str]]:
 STREAM = (
     b'event: response.created\r\ndata: {"a":1}\r\n\r\n'
     b": keep-alive\n\n"
-    b"id: 7\nevent: multi\ndata: one\ndata:two\n\n" + "data: données — 数据\n\n".encode()
+    b"id: 7\nevent: multi\ndata: one\ndata:two\n\n"
+    + "data: données — 数据\n\n".encode()
+    # The shapes read a whole event at once, and one that looks like them but is not.
+    + b'event: response.output_text.delta\ndata: {"b":2}\n\n'
+    + b"event: two\ndata: a\ndata: b\n\n"
+    + b"event: e\ndata\n\n"
+    + b"data: x\ndata: y\n\n"
 )
-EXPECTED = [("response.created", '{"a":1}'), ("multi", "one\ntwo"), (None, "données — 数据")]
+EXPECTED = [
+    ("response.created", '{"a":1}'),
+    ("multi", "one\ntwo"),
+    (None, "données — 数据"),
+    ("response.output_text.delta", '{"b":2}'),
+    ("two", "a\nb"),
+    ("e", ""),
+    (None, "x\ny"),
+]
 
 
 def test_a_stream_decodes_the_same_however_it_is_cut() -> None:

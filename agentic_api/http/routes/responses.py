@@ -12,7 +12,13 @@ from agentic_api.background import queue as background
 from agentic_api.http.auth import require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.http.json_response import JsonResponse
-from agentic_api.http.sse import from_followed, from_list, from_stored, from_turn, sse_response
+from agentic_api.http.sse import (
+    TurnEventStream,
+    from_followed,
+    from_list,
+    from_stored,
+    sse_response,
+)
 from agentic_api.serving import create, responses
 from agentic_api.serving.responses import FollowedEvents, RebuiltEvents, StoredEventList
 from agentic_api.serving.results import Final, Prewarmed, Queued, Streaming
@@ -46,7 +52,7 @@ async def create_response(request: Request, tenant: Tenant) -> Response:
     if isinstance(created, Final):
         return JsonResponse(created.response)
     if isinstance(created, Streaming):
-        return sse_response(from_turn(created.stream))
+        return TurnEventStream(created.stream)
     if isinstance(created, Prewarmed):
         if parsed.stream:
             return sse_response(from_list(created.events))

@@ -2,11 +2,16 @@
 
 The turn runs in its own task and publishes here; a client that goes away stops
 reading but does not stop the turn (unless the operator chose to cancel on disconnect).
+
+A deque and one waiting future rather than an ``asyncio.Queue``: every relayed event
+passes here, and the queue's general machinery (its getters' list, its putters, its
+``unfinished_tasks`` bookkeeping) was work per event for a hand-off with one reader.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import Any
 
 _OPENED = object()
@@ -17,28 +22,72 @@ _CLOSED = object()
 Published = tuple[dict[str, Any], bytes]
 
 
+class ReaderGone(Exception):
+    """The client reading the channel went away (``TurnChannel.reader_gone``)."""
+
+
 class TurnChannel:
     def __init__(self) -> None:
-        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._items: deque[Any] = deque()
+        # The reader's wait for the next item, while it waits.
+        self._waiter: asyncio.Future[None] | None = None
         # The close (or failure) seen while taking events that came before it.
         self._end: object | None = None
+        self._gone = False
+
+    def _put(self, item: Any) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def opened(self) -> None:
-        self._queue.put_nowait(_OPENED)
+        self._put(_OPENED)
 
     def failed_to_open(self, error: BaseException) -> None:
-        self._queue.put_nowait(error)
+        self._put(error)
 
     def publish(self, event: dict[str, Any], data: bytes) -> None:
         """``data``: the event's JSON, serialized once by the turn for every reader."""
-        self._queue.put_nowait((event, data))
+        self._put((event, data))
 
     def close(self) -> None:
-        self._queue.put_nowait(_CLOSED)
+        self._put(_CLOSED)
+
+    def reader_gone(self) -> None:
+        """The reader's client left: its wait (now or next) raises ``ReaderGone``."""
+        self._gone = True
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the turn closed the channel and the reader has taken every event."""
+        return self._end is _CLOSED
+
+    async def _get(self) -> Any:
+        items = self._items
+        while not items:
+            if self._gone:
+                raise ReaderGone
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                if self._waiter is waiter:
+                    self._waiter = None
+        if self._gone:
+            raise ReaderGone
+        return items.popleft()
 
     async def wait_opened(self) -> None:
         """Returns once the upstream accepted the request; raises what prevented it."""
-        first = await self._queue.get()
+        first = await self._get()
         if isinstance(first, BaseException):
             raise first
         if first is _CLOSED:
@@ -50,7 +99,7 @@ class TurnChannel:
         return None if published is None else published[0]
 
     async def _next(self) -> Published | None:
-        item: Any = self._end if self._end is not None else await self._queue.get()
+        item: Any = self._end if self._end is not None else await self._get()
         if item is _CLOSED:
             self._end = item
             return None
@@ -61,7 +110,8 @@ class TurnChannel:
 
     async def next_events(self) -> list[Published]:
         """Every event published by now, with its JSON (waiting for the first); empty once
-        closed.
+        closed. A close that came right after them is taken too (``closed`` then says so),
+        so that a reader can end its stream in the same write as its last events.
 
         A stream read this way is written in as few writes as the turn allows: when the
         server falls behind, the events that piled up go out in one write instead of one
@@ -70,9 +120,9 @@ class TurnChannel:
         if first is None:
             return []
         events = [first]
-        queue = self._queue
-        while not queue.empty():
-            item = queue.get_nowait()
+        items = self._items
+        while items:
+            item = items.popleft()
             if item is _CLOSED or isinstance(item, BaseException):
                 # Delivered after the events taken here, on the next call.
                 self._end = item

@@ -8,7 +8,6 @@ has already been shown.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens, take_reported_tokens
@@ -148,7 +147,8 @@ class StreamRelay:
         if kind == ERROR:
             self.upstream_error = event
             return None
-        ours = copy.copy(event)
+        # dict.copy, not copy.copy: the generic dispatch was ~1% of the server under load.
+        ours = event.copy()
         ours.pop("sequence_number", None)
         if "response_id" in ours:
             ours["response_id"] = self.response_id
