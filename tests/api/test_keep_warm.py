@@ -70,6 +70,9 @@ def keep_warm_server(
         "kv_events_endpoints": {replica: sim.config.kv_events_endpoint},
         "keep_warm_enabled": True,
         "keep_warm_interval_seconds": 0.05,
+        # These tests follow each re-warm as soon as its eviction is seen; the default
+        # (before_return) waits for a session's expected return after its first pause.
+        "keep_warm_when": "evicted",
         **overrides,
     }
     with app_server(backend, db_url, sim.url, tmp, **settings) as running:
