@@ -15,6 +15,7 @@ from sqlalchemy import CursorResult, text
 from agentic_api.storage.database import Database
 from agentic_api.storage.errors import DatabaseBusy
 from agentic_api.storage.sqlite import drivers as sqlite_driver
+from tests.support.sqlite import LoopTicks
 
 
 @pytest.fixture
@@ -118,27 +119,19 @@ async def test_inline_reader_waits_without_blocking_the_loop(
     async with sqlite_database.turn_read() as session:  # connected and configured beforehand
         await session.execute(text("SELECT 1"))
     locked_out.clear()
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
 
     async def read() -> int:
         async with sqlite_database.turn_read() as session:
             return int((await session.execute(text("SELECT count(*) FROM t"))).scalar_one())
 
-    clock = asyncio.create_task(ticker())
-    reader = asyncio.create_task(read())
-    await asyncio.sleep(0.3)
-    assert not reader.done()
-    # The loop kept running while the reader waited (about 30 ticks in 0.3 s).
-    assert ticks >= 10
-    locked_out.set()
-    assert await asyncio.wait_for(reader, 5) == 1
-    clock.cancel()
+    with LoopTicks() as loop:
+        reader = asyncio.create_task(read())
+        await asyncio.sleep(0.3)
+        assert not reader.done()
+        # The loop kept running while the reader waited (about 30 ticks in 0.3 s).
+        assert loop.ticks >= 10
+        locked_out.set()
+        assert await asyncio.wait_for(reader, 5) == 1
 
 
 async def test_inline_reader_gives_up_as_database_busy(

@@ -20,7 +20,7 @@ from agentic_api.storage.turn_store.postgres import PostgresTurnStore
 from agentic_api.storage.turn_store.sqlite import SqliteTurnStore
 from agentic_api.storage.turn_store.statements import TurnInsert
 from agentic_api.storage.turn_store.store import SessionTurnStore
-from tests.support.sqlite import WriteLockHolder, database_file
+from tests.support.sqlite import LoopTicks, WriteLockHolder, database_file
 
 
 @pytest.fixture
@@ -202,20 +202,11 @@ async def test_an_insert_on_the_loop_waits_for_the_write_lock_without_blocking_i
     tenant = await new_tenant(db)
     await db.turns.insert(sample_row("resp_first", tenant), [], [])  # the writer thread's
     monkeypatch.setattr(drivers, "BUSY_WAIT_SECONDS", 0.3)
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.01)
-            ticks += 1
-
-    running = asyncio.ensure_future(ticker())
-    try:
+    with LoopTicks() as loop:
         holder = WriteLockHolder(database_file(sqlite_file_url))
         with holder, pytest.raises(DatabaseBusy):
             await db.turns.insert(sample_row("resp_a", tenant), ITEMS, [])
-        assert ticks >= 10  # the loop ran on while the insert waited
+        assert loop.ticks >= 10  # the loop ran on while the insert waited
         assert await db.turns.checkpoint(tenant, "resp_a") is None
         # Once the lock is free, waited for: it commits.
         with WriteLockHolder(database_file(sqlite_file_url)) as held:
@@ -223,8 +214,6 @@ async def test_an_insert_on_the_loop_waits_for_the_write_lock_without_blocking_i
             monkeypatch.setattr(drivers, "BUSY_WAIT_SECONDS", 5.0)
             await db.turns.insert(sample_row("resp_a", tenant), ITEMS, [])
         assert await db.turns.checkpoint(tenant, "resp_a") is not None
-    finally:
-        running.cancel()
 
 
 async def test_insert_waits_for_the_write_lock_then_gives_up_as_busy(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 
@@ -39,3 +40,25 @@ class WriteLockHolder:
 
     def __exit__(self, *_exc: object) -> None:
         self.release()
+
+
+class LoopTicks:
+    """Counts ticks of the event loop (one per 10 ms it is free to run) while the block
+    runs: a statement that blocked the loop instead of waiting beside it leaves few."""
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            self.ticks += 1
+
+    def __enter__(self) -> LoopTicks:
+        self._task = asyncio.ensure_future(self._tick())
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
