@@ -102,11 +102,17 @@ class VerifiedHistories:
         may descend from: that parent's own if kept (certainly an ancestor), else the
         session's most recently kept one if it is shorter (whether it is an ancestor is
         for the chain walk to say: the session may have branched)."""
+        # (Chains rooted in a conversation are never kept, so never offered: their history
+        # is the conversation's items as they are now, which only a whole read can see.)
         for response_id in (previous_id, self._latest.get(session_id)):
             kept = self._kept.get(response_id) if response_id else None
             if kept is not None and response_id is not None and len(kept.items) < below:
                 return KeptAncestor(response_id, kept.digest, kept.items)
         return None
+
+    def extended(self) -> None:
+        """Counts a miss that read only the turns after an ancestor kept here."""
+        HISTORY_CACHE_LOOKUPS.labels("extended").inc()
 
     def forget(self, response_id: str) -> None:
         kept = self._kept.pop(response_id, None)

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from agentic_api import tracing
 from agentic_api.errors import InvalidRequest
 from agentic_api.mcp.specs import McpServer, has_secrets, parse_servers, redact_tools
-from agentic_api.metrics import HISTORY_CACHE_LOOKUPS
 from agentic_api.runtime import Services
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
@@ -269,7 +268,7 @@ async def _parent_history(
         else:
             history, extended = await load_history_since(repo, parent, ancestor)
             if extended:
-                HISTORY_CACHE_LOOKUPS.labels("extended").inc()
+                histories.extended()
     histories.keep(
         parent.id, digest=parent.prefix_digest, session_id=parent.session_id, items=history
     )
