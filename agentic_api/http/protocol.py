@@ -8,6 +8,14 @@ per request. Here a write that is exactly a response head is held back until the
 write (the body, normally in the same step of the app) and both go out together; if no
 body follows within the same event-loop iteration (a stream that starts later), the head
 is flushed on its own then. Nothing is reordered: a held head always goes first.
+
+It also hands each request a ``DirectBody`` (scope extension ``DIRECT_BODY``): a way to
+write the next chunk of a chunked response straight to the connection, which says no
+when that would wait for the client (or the response is not a chunked one in progress).
+A streamed turn writes its events through it from its own task, so the relay does not
+wake the request's task and its ASGI ``send`` chain for every event
+(``turns/runner/channel.py``); the response's start and end still go through ``send``, so
+every middleware sees them as before.
 """
 
 from __future__ import annotations
@@ -15,10 +23,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 _HEAD_START = b"HTTP/"
 _HEAD_END = b"\r\n\r\n"
+DIRECT_BODY = "agentic.direct_body"
 
 
 class CoalescingTransport:
@@ -77,8 +86,44 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
+class DirectBody:
+    """Writes chunks of one request's chunked response, as its ``send`` would, but only
+    when that needs no wait: ``write`` says False when the client has not drained what it
+    was sent (``send`` would wait), has gone, or the response has not started, has ended
+    or is not chunked."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+
+    def write(self, body: bytes) -> bool:
+        cycle = self._cycle
+        if (
+            not body
+            or cycle.disconnected
+            or cycle.flow.write_paused
+            or not cycle.response_started
+            or cycle.response_complete
+            or not cycle.chunked_encoding
+            or cycle.transport.is_closing()
+        ):
+            return False
+        cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
+
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # (uvloop's transports implement asyncio.Transport without subclassing it.)
         wrapped: Any = CoalescingTransport(transport, self.loop)  # type: ignore[arg-type]
         super().connection_made(wrapped)
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        # (An upgrade to a WebSocket made no cycle for this request.)
+        if cycle is not None and cycle.scope is self.scope:
+            # (ASGI types an extension's value as a dict; this one is an object of ours.)
+            extensions: Any = self.scope.setdefault("extensions", {})
+            extensions[DIRECT_BODY] = DirectBody(cycle)

@@ -5,20 +5,23 @@ A streamed turn is written by ``TurnEventStream`` rather than Starlette's
 task of its own beside a task listening for the disconnect, with an async generator
 between the channel and ``send``, so each relayed event woke two tasks and three
 generator frames. Here the request's own task reads the channel and sends; a small
-watcher only tells the channel when the client leaves.
+watcher only tells the channel when the client leaves. Under our uvicorn protocol
+(``http/protocol.py``) the turn's task writes the events itself while the client keeps
+up, and this task only starts and ends the body and takes over when the client lags.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from agentic_api.turns.runner.channel import ReaderGone
+from agentic_api.http.protocol import DIRECT_BODY, DirectBody
+from agentic_api.turns.runner.channel import Published, ReaderGone
 from agentic_api.turns.stream import TurnStream
 from agentic_api.upstream.sse import frame_sse
 
@@ -52,6 +55,9 @@ class TurnEventStream(Response):
         channel = stream.channel
         next_events = channel.next_events
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        direct_body = scope.get("extensions", {}).get(DIRECT_BODY)
+        if isinstance(direct_body, DirectBody):
+            channel.write_directly(_framing_for(direct_body))
         watcher = asyncio.ensure_future(_client_gone(receive))
         watcher.add_done_callback(lambda _: channel.reader_gone())
         more = True
@@ -68,6 +74,15 @@ class TurnEventStream(Response):
             return
         finally:
             watcher.cancel()
+
+
+def _framing_for(direct_body: DirectBody) -> Callable[[list[Published]], bool]:
+    write = direct_body.write
+
+    def write_events(events: list[Published]) -> bool:
+        return write(b"".join([frame_sse(e["type"], d) for e, d in events]))
+
+    return write_events
 
 
 async def _client_gone(receive: Receive) -> None:

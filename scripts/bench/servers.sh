@@ -19,6 +19,10 @@
 #
 # WORKERS_TOO=N adds a target `ours_wN` on BASE_PORT + 6: this checkout's server with N
 # HTTP workers (on the same database as `ours`), to compare worker counts in one run.
+#
+# FLOOR=1 adds a target `floor` on BASE_PORT + 7: scripts/bench/relay_floor.py, a relay on
+# our stack (uvicorn, uvloop, aiohttp) that passes the upstream's bytes through unparsed,
+# the least a Python server can spend per streamed event.
 
 wait_http() {
   for _ in $(seq 1 100); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.2; done
@@ -116,6 +120,15 @@ start_servers() {
     wait_http "http://127.0.0.1:$workers_port/health"
     targets+=(--target "ours_w$WORKERS_TOO=http://127.0.0.1:$workers_port"
       --pid "ours_w$WORKERS_TOO=$workers_pid" --api-key "ours_w$WORKERS_TOO=$KEY")
+  fi
+  if [[ -n "${FLOOR:-}" ]]; then
+    local floor_port=$((BASE_PORT + 7)) floor_pid
+    .venv/bin/python scripts/bench/relay_floor.py --port "$floor_port" \
+      --upstream "http://127.0.0.1:$SIM_PORT" >"$WORK/floor.log" 2>&1 &
+    floor_pid=$!
+    BENCH_PIDS+=($floor_pid)
+    wait_http "http://127.0.0.1:$floor_port/health"
+    targets+=(--target "floor=http://127.0.0.1:$floor_port" --pid "floor=$floor_pid")
   fi
   PEER_PID=
   if [[ -n "$PEER" && -x "$PEER/bin/agentic-server" ]]; then

@@ -73,6 +73,7 @@ def stream_until_killed(
     """Starts a streaming turn, kills the server after a few deltas; the response id."""
     response_id = ""
     deltas = 0
+    seen: list[dict[str, Any]] = []
     with httpx.stream(
         "POST",
         f"{process.url}/v1/responses",
@@ -84,12 +85,19 @@ def stream_until_killed(
             if not line.startswith("data: "):
                 continue
             event = orjson.loads(line[6:])
+            seen.append(event)
             response_id = response_id or event["response"]["id"]
             deltas += event["type"] == "response.output_text.delta"
             if deltas == 5:
                 process.kill()
                 break
-    assert deltas == 5, "the turn ended before it could be killed"
+        status = response.status_code
+    # When the turn ends first, say how: the events (a failed turn carries its error) and
+    # the server's own log.
+    assert deltas == 5, (
+        f"the turn ended before it could be killed: HTTP {status}, "
+        f"{[event['type'] for event in seen]}, last {seen[-1:]}\n{process.output()[-4000:]}"
+    )
     return response_id
 
 

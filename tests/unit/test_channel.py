@@ -77,3 +77,107 @@ async def test_a_reader_whose_client_left_stops_waiting_and_taking() -> None:
     publish(channel, 0)
     with pytest.raises(ReaderGone):
         await channel.next_events()
+
+
+class Client:
+    """A reader's direct writes: takes them while ``keeping_up``, else refuses."""
+
+    def __init__(self) -> None:
+        self.keeping_up = True
+        self.writes: list[list[int]] = []
+
+    def write(self, events: list[tuple[dict[str, Any], bytes]]) -> bool:
+        if not self.keeping_up:
+            return False
+        self.writes.append([event["sequence_number"] for event, _ in events])
+        return True
+
+
+def direct_channel() -> tuple[TurnChannel, Client]:
+    channel = TurnChannel()
+    client = Client()
+    channel.write_directly(client.write)
+    return channel, client
+
+
+async def waiting_reader(channel: TurnChannel) -> asyncio.Future[list[Any]]:
+    reader = asyncio.ensure_future(channel.next_events())
+    await asyncio.sleep(0)
+    return reader
+
+
+async def test_while_the_reader_waits_each_steps_events_are_written_directly_at_once() -> None:
+    channel, client = direct_channel()
+    reader = await waiting_reader(channel)
+    publish(channel, 0)
+    publish(channel, 1)
+    assert client.writes == []  # (written at the end of the loop's step, together)
+    await asyncio.sleep(0)
+    assert client.writes == [[0, 1]]
+    publish(channel, 2)
+    await asyncio.sleep(0)
+    assert client.writes == [[0, 1], [2]]
+    # The reader was never woken: it still waits, for the close.
+    assert not reader.done()
+    channel.close()
+    assert await reader == []
+    assert channel.closed
+
+
+async def test_a_client_that_cannot_take_a_write_gets_the_batch_through_the_reader() -> None:
+    channel, client = direct_channel()
+    reader = await waiting_reader(channel)
+    client.keeping_up = False
+    publish(channel, 0)
+    publish(channel, 1)
+    await asyncio.sleep(0)
+    assert [event["sequence_number"] for event, _ in await reader] == [0, 1]
+    # The reader holds events now (it is sending them): nothing goes around it.
+    client.keeping_up = True
+    publish(channel, 2)
+    await asyncio.sleep(0)
+    assert client.writes == []
+    assert [event["sequence_number"] for event, _ in await channel.next_events()] == [2]
+    # Waiting again with nothing left, it is bypassed again.
+    reader = await waiting_reader(channel)
+    publish(channel, 3)
+    await asyncio.sleep(0)
+    assert client.writes == [[3]]
+    assert not reader.done()
+    reader.cancel()
+
+
+async def test_a_close_right_after_a_batch_goes_to_the_reader_with_it() -> None:
+    channel, client = direct_channel()
+    reader = await waiting_reader(channel)
+    publish(channel, 0)
+    channel.close()
+    # One take of the last events and the close: the body ends in the same write.
+    assert [event["sequence_number"] for event, _ in await reader] == [0]
+    assert channel.closed
+    await asyncio.sleep(0)
+    assert client.writes == []
+
+
+async def test_a_failure_after_a_batch_comes_after_the_batch() -> None:
+    channel, client = direct_channel()
+    reader = await waiting_reader(channel)
+    publish(channel, 0)
+    channel.failed_to_open(RuntimeError("upstream gone"))
+    assert client.writes == [[0]]
+    with pytest.raises(RuntimeError, match="upstream gone"):
+        await reader
+
+
+async def test_nothing_is_written_for_a_reader_whose_client_left() -> None:
+    channel, client = direct_channel()
+    reader = await waiting_reader(channel)
+    publish(channel, 0)
+    channel.reader_gone()
+    await asyncio.sleep(0)
+    assert client.writes == []
+    with pytest.raises(ReaderGone):
+        await asyncio.wait_for(reader, 10)
+    publish(channel, 1)
+    await asyncio.sleep(0)
+    assert client.writes == []

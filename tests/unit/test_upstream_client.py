@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -59,6 +61,54 @@ async def test_silence_past_the_read_timeout_is_a_504() -> None:
         with pytest.raises(UpstreamError) as unsent:
             await client.post_json("/v1/other", {})
         assert (unsent.value.status_code, unsent.value.code) == (504, "upstream_timeout")
+
+
+def event_stream_answer(
+    gaps: list[float], *, then_silent: bool
+) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """An upstream that answers a stream with one event after each of ``gaps`` seconds,
+    then either ends the stream or goes silent with the connection open."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+        )
+        for number, gap in enumerate(gaps):
+            await asyncio.sleep(gap)
+            event = b'data: {"type":"tick","n":%d}\n\n' % number
+            writer.write(b"%x\r\n%b\r\n" % (len(event), event))
+            await writer.drain()
+        if then_silent:
+            await asyncio.sleep(30)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    return answer
+
+
+async def read_stream(client: UpstreamClient) -> list[str]:
+    async with client.stream_response(b"{}", {}) as stream:
+        return [sse.data async for sse in stream.events()]
+
+
+async def test_a_stream_silent_past_the_read_timeout_is_a_504() -> None:
+    async with client_of(event_stream_answer([0], then_silent=True), read_timeout=0.3) as client:
+        started = time.monotonic()
+        with pytest.raises(UpstreamInterrupted) as error:
+            await read_stream(client)
+        assert (error.value.status_code, error.value.code) == (504, "upstream_timeout")
+        assert 0.25 < time.monotonic() - started < 5
+
+
+async def test_a_stream_that_keeps_sending_is_never_cut_off_however_long_it_lasts() -> None:
+    # Each gap within the read timeout, the whole stream several times longer.
+    gaps = [0.1] * 12
+    async with client_of(event_stream_answer(gaps, then_silent=False), read_timeout=0.3) as client:
+        events = await read_stream(client)
+    assert events == [f'{{"type":"tick","n":{n}}}' for n in range(len(gaps))]
 
 
 async def test_base_url_path_prefix_is_kept() -> None:

@@ -6,12 +6,24 @@ reading but does not stop the turn (unless the operator chose to cancel on disco
 A deque and one waiting future rather than an ``asyncio.Queue``: every relayed event
 passes here, and the queue's general machinery (its getters' list, its putters, its
 ``unfinished_tasks`` bookkeeping) was work per event for a hand-off with one reader.
+
+A reader may also give the channel a way to write events to its client itself
+(``write_directly``): while the reader waits with nothing left to take and the client
+keeps up, the turn's own task writes each batch of events (those published in one step
+of the loop) and the reader is not woken at all. That wake — a task step through the
+reader's frames and the ASGI ``send`` chain — was the largest single piece of the
+relay's work per event (docs/benchmarks/streaming/README.md). Whenever the client cannot
+take a write at once, the batch goes to the reader as before, which waits for the client;
+the turn never does. Order is kept: a batch is written directly only while the reader
+holds nothing, and anything else published meanwhile (a close, a failure) first sends
+the batch on.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 _OPENED = object()
@@ -20,6 +32,9 @@ _CLOSED = object()
 # An event as the turn published it, and its JSON: serialized once, for the client's
 # stream and the turn's stored events alike.
 Published = tuple[dict[str, Any], bytes]
+# Writes a batch of events to the reader's client if that does not wait; False if it
+# would (the client is slow, gone, or the response is not open for it).
+DirectWrite = Callable[[list[Published]], bool]
 
 
 class ReaderGone(Exception):
@@ -34,14 +49,21 @@ class TurnChannel:
         # The close (or failure) seen while taking events that came before it.
         self._end: object | None = None
         self._gone = False
+        self._direct: DirectWrite | None = None
+        # Events published in this step of the loop, to be written directly at its end.
+        self._batch: list[Published] = []
+
+    def write_directly(self, write: DirectWrite) -> None:
+        """From now on, while the reader waits, batches of events go to ``write``."""
+        self._direct = write
 
     def _put(self, item: Any) -> None:
+        if self._batch:
+            # A close goes with the batch to the reader, so that it ends the body in the
+            # same write as these events.
+            self._send_batch(directly=item is not _CLOSED)
         self._items.append(item)
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        self._wake_reader()
 
     def opened(self) -> None:
         self._put(_OPENED)
@@ -51,7 +73,32 @@ class TurnChannel:
 
     def publish(self, event: dict[str, Any], data: bytes) -> None:
         """``data``: the event's JSON, serialized once by the turn for every reader."""
+        batch = self._batch
+        if batch or (self._direct is not None and self._waiter is not None):
+            if not batch:
+                asyncio.get_running_loop().call_soon(self._send_batch)
+            batch.append((event, data))
+            return
         self._put((event, data))
+
+    def _send_batch(self, directly: bool = True) -> None:
+        batch = self._batch
+        if not batch:
+            return
+        self._batch = []
+        direct = self._direct
+        # Still waiting (not woken since: a wake sends the batch on first).
+        if directly and direct is not None and self._waiter is not None and direct(batch):
+            return
+        self._items.extend(batch)
+        self._wake_reader()
+
+    def _wake_reader(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def close(self) -> None:
         self._put(_CLOSED)
@@ -59,11 +106,7 @@ class TurnChannel:
     def reader_gone(self) -> None:
         """The reader's client left: its wait (now or next) raises ``ReaderGone``."""
         self._gone = True
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        self._wake_reader()
 
     @property
     def closed(self) -> bool:
