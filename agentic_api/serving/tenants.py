@@ -3,7 +3,9 @@ admin key. The tenant comes from the key, never from a client header."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from agentic_api.errors import Unauthorized
@@ -27,10 +29,19 @@ class TenantContext:
 
 class KeyMemo:
     """Resolved API keys, each for KEY_MEMO_SECONDS (a memo: "cache" in this project
-    means the KV cache)."""
+    means the KV cache).
+
+    A key not in the memo is looked up once however many requests ask at the same time:
+    the others wait for that lookup. Without it, every request that arrived before the
+    first lookup ended read the database itself, and on a busy server the reads of a
+    burst (each memo expiry under a steady load) queued behind one another: at 64
+    concurrent streams, the slowest requests waited ~100 ms for their key
+    (docs/benchmarks/streaming/README.md). ``clear`` (a tenant changed) forgets the
+    lookups in flight too: a request after it never gets an answer read before it."""
 
     def __init__(self) -> None:
         self._entries: dict[str, tuple[float, TenantContext]] = {}
+        self._lookups: dict[str, asyncio.Task[TenantContext | None]] = {}
 
     def get(self, key_hash: str) -> TenantContext | None:
         entry = self._entries.get(key_hash)
@@ -44,8 +55,38 @@ class KeyMemo:
             self._entries.clear()
         self._entries[key_hash] = (time.monotonic() + KEY_MEMO_SECONDS, tenant)
 
+    async def resolve(
+        self, key_hash: str, lookup: Callable[[], Awaitable[TenantContext | None]]
+    ) -> TenantContext | None:
+        """The key's tenant (None: no such key), from the memo, the lookup in flight for
+        it, or ``lookup``, whose answer is memoized."""
+        cached = self.get(key_hash)
+        if cached is not None:
+            return cached
+        pending = self._lookups.get(key_hash)
+        if pending is None:
+            pending = asyncio.ensure_future(self._looked_up(key_hash, lookup))
+            self._lookups[key_hash] = pending
+        # A waiter that is cancelled (its client left) does not cancel the others' lookup.
+        return await asyncio.shield(pending)
+
+    async def _looked_up(
+        self, key_hash: str, lookup: Callable[[], Awaitable[TenantContext | None]]
+    ) -> TenantContext | None:
+        try:
+            tenant = await lookup()
+        finally:
+            current = self._lookups.get(key_hash)
+            if current is asyncio.current_task():
+                del self._lookups[key_hash]
+        # Not memoized when a clear came meanwhile (this task is no longer the lookup).
+        if tenant is not None and current is asyncio.current_task():
+            self.put(key_hash, tenant)
+        return tenant
+
     def clear(self) -> None:
         self._entries.clear()
+        self._lookups.clear()
 
 
 async def authenticate_token(
@@ -64,16 +105,15 @@ async def authenticate_token(
             f"You didn't provide an API key. Send it {how_to_send}.",
             code="missing_api_key",
         )
-    key_hash = hash_key(token)
-    cached = memo.get(key_hash)
-    if cached is not None:
-        return cached
-    async with services.db.read() as session:
-        tenant = await TenantRepository(session).resolve_key(token)
-    if tenant is None:
+
+    async def lookup() -> TenantContext | None:
+        async with services.db.read() as session:
+            tenant = await TenantRepository(session).resolve_key(token)
+        return None if tenant is None else _context(services, tenant)
+
+    context = await memo.resolve(hash_key(token), lookup)
+    if context is None:
         raise Unauthorized("Incorrect API key provided.")
-    context = _context(services, tenant)
-    memo.put(key_hash, context)
     return context
 
 
