@@ -9,14 +9,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from agentic_api.errors import Unauthorized
+from agentic_api.log import get_logger
 from agentic_api.runtime import Services
 from agentic_api.storage.models import Tenant
 from agentic_api.storage.tenants import TenantRepository, hash_key
 from lineage import mint_cache_salt
 
+log = get_logger("agentic_api.tenants")
+
 LOCAL_TENANT_NAME = "local"
 # Resolved keys are reused this long; a revoked key stops working within this window.
 KEY_MEMO_SECONDS = 5.0
+# A key used this close to the end of its entry is looked up again in the background.
+KEY_REFRESH_AHEAD_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -36,10 +41,20 @@ class KeyMemo:
     first lookup ended read the database itself, and on a busy server the reads of a
     burst (each memo expiry under a steady load) queued behind one another: at 64
     concurrent streams, the slowest requests waited ~100 ms for their key
-    (docs/benchmarks/streaming/README.md). ``clear`` (a tenant changed) forgets the
-    lookups in flight too: a request after it never gets an answer read before it."""
+    (docs/benchmarks/streaming/README.md). A key asked for in the last
+    KEY_REFRESH_AHEAD_SECONDS of its entry is answered from the memo and looked up again
+    meanwhile, so that under steady traffic no request waits for that read; the entry
+    still ends when its time is up, and a lookup that finds the key gone (revoked, its
+    tenant disabled) drops it at once. ``clear`` (a tenant changed) forgets the lookups
+    in flight too: a request after it never gets an answer read before it."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        seconds: float = KEY_MEMO_SECONDS,
+        refresh_ahead_seconds: float = KEY_REFRESH_AHEAD_SECONDS,
+    ) -> None:
+        self._seconds = seconds
+        self._refresh_ahead = refresh_ahead_seconds
         self._entries: dict[str, tuple[float, TenantContext]] = {}
         self._lookups: dict[str, asyncio.Task[TenantContext | None]] = {}
 
@@ -53,22 +68,32 @@ class KeyMemo:
     def put(self, key_hash: str, tenant: TenantContext) -> None:
         if len(self._entries) > 10_000:
             self._entries.clear()
-        self._entries[key_hash] = (time.monotonic() + KEY_MEMO_SECONDS, tenant)
+        self._entries[key_hash] = (time.monotonic() + self._seconds, tenant)
 
     async def resolve(
         self, key_hash: str, lookup: Callable[[], Awaitable[TenantContext | None]]
     ) -> TenantContext | None:
         """The key's tenant (None: no such key), from the memo, the lookup in flight for
         it, or ``lookup``, whose answer is memoized."""
-        cached = self.get(key_hash)
-        if cached is not None:
-            return cached
-        pending = self._lookups.get(key_hash)
-        if pending is None:
-            pending = asyncio.ensure_future(self._looked_up(key_hash, lookup))
-            self._lookups[key_hash] = pending
+        entry = self._entries.get(key_hash)
+        if entry is not None:
+            ends, tenant = entry
+            left = ends - time.monotonic()
+            if left >= 0:
+                if left < self._refresh_ahead and key_hash not in self._lookups:
+                    self._start_lookup(key_hash, lookup).add_done_callback(_retrieved)
+                return tenant
+            del self._entries[key_hash]
+        pending = self._lookups.get(key_hash) or self._start_lookup(key_hash, lookup)
         # A waiter that is cancelled (its client left) does not cancel the others' lookup.
         return await asyncio.shield(pending)
+
+    def _start_lookup(
+        self, key_hash: str, lookup: Callable[[], Awaitable[TenantContext | None]]
+    ) -> asyncio.Task[TenantContext | None]:
+        task = asyncio.ensure_future(self._looked_up(key_hash, lookup))
+        self._lookups[key_hash] = task
+        return task
 
     async def _looked_up(
         self, key_hash: str, lookup: Callable[[], Awaitable[TenantContext | None]]
@@ -76,17 +101,27 @@ class KeyMemo:
         try:
             tenant = await lookup()
         finally:
-            current = self._lookups.get(key_hash)
-            if current is asyncio.current_task():
+            current = self._lookups.get(key_hash) is asyncio.current_task()
+            if current:
                 del self._lookups[key_hash]
-        # Not memoized when a clear came meanwhile (this task is no longer the lookup).
-        if tenant is not None and current is asyncio.current_task():
-            self.put(key_hash, tenant)
+        # Nothing is memoized when a clear came meanwhile (this is no longer the lookup).
+        if current:
+            if tenant is None:
+                self._entries.pop(key_hash, None)
+            else:
+                self.put(key_hash, tenant)
         return tenant
 
     def clear(self) -> None:
         self._entries.clear()
         self._lookups.clear()
+
+
+def _retrieved(lookup: asyncio.Task[TenantContext | None]) -> None:
+    # A refresh nobody waits for: its failure (the database unavailable) is not lost
+    # silently; the entry ends on time and the next request's own lookup answers it.
+    if not lookup.cancelled() and (error := lookup.exception()) is not None:
+        log.warning("api key refresh failed", error=type(error).__name__)
 
 
 async def authenticate_token(
