@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -79,7 +79,9 @@ class UpstreamStream:
         self._read_timeout = read_timeout
         self.headers: CIMultiDictProxy[str] = response.headers
 
-    async def events(self) -> AsyncIterator[SseEvent]:
+    async def events(self, chunk_done: Callable[[], None] | None = None) -> AsyncIterator[SseEvent]:
+        """The stream's events; ``chunk_done`` is called once the events of each chunk
+        read from the socket have been taken (the relay writes them to its client then)."""
         seconds = self._read_timeout
         silence = None if seconds is None else SilenceLimit(self._response, seconds)
         try:
@@ -90,6 +92,8 @@ class UpstreamStream:
                     silence.heard()
                 for event in decoder.feed(chunk):
                     yield event
+                if chunk_done is not None:
+                    chunk_done()
             for event in decoder.end():
                 yield event
         except (aiohttp.ClientError, TimeoutError) as exc:

@@ -63,7 +63,8 @@ class FloorRelay:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self.session = aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(limit=0), cookie_jar=aiohttp.DummyCookieJar()
+                    connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),
+                    cookie_jar=aiohttp.DummyCookieJar(),
                 )
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":

@@ -181,3 +181,25 @@ async def test_nothing_is_written_for_a_reader_whose_client_left() -> None:
     publish(channel, 1)
     await asyncio.sleep(0)
     assert client.writes == []
+
+
+async def test_a_publisher_that_flushes_itself_decides_each_batch() -> None:
+    channel, client = direct_channel()
+    reader = await waiting_reader(channel)
+    with channel.batched() as flush:
+        publish(channel, 0)
+        publish(channel, 1)
+        await asyncio.sleep(0)
+        # Not at the end of the loop's step: at the publisher's flush (a chunk's end).
+        assert client.writes == []
+        flush()
+        assert client.writes == [[0, 1]]
+        publish(channel, 2)
+    # What is left goes with the end of the block.
+    assert client.writes == [[0, 1], [2]]
+    assert not reader.done()
+    # Outside it, the loop's step ends a batch again.
+    publish(channel, 3)
+    await asyncio.sleep(0)
+    assert client.writes == [[0, 1], [2], [3]]
+    reader.cancel()

@@ -9,21 +9,23 @@ passes here, and the queue's general machinery (its getters' list, its putters, 
 
 A reader may also give the channel a way to write events to its client itself
 (``write_directly``): while the reader waits with nothing left to take and the client
-keeps up, the turn's own task writes each batch of events (those published in one step
-of the loop) and the reader is not woken at all. That wake — a task step through the
-reader's frames and the ASGI ``send`` chain — was the largest single piece of the
-relay's work per event (docs/benchmarks/streaming/README.md). Whenever the client cannot
-take a write at once, the batch goes to the reader as before, which waits for the client;
-the turn never does. Order is kept: a batch is written directly only while the reader
-holds nothing, and anything else published meanwhile (a close, a failure) first sends
-the batch on.
+keeps up, the turn's own task writes each batch of events and the reader is not woken at
+all. A batch is what one upstream chunk brought (the round calls ``flush`` at each
+chunk's end, inside ``batched``), else what one step of the loop published. That wake —
+a task step through the reader's frames and the ASGI ``send`` chain — was the largest
+single piece of the relay's work per event (docs/benchmarks/streaming/README.md).
+Whenever the client cannot take a write at once, the batch goes to the reader as before,
+which waits for the client; the turn never does. Order is kept: a batch is written
+directly only while the reader holds nothing, and anything else published meanwhile (a
+close, a failure) first sends the batch on.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 _OPENED = object()
@@ -50,12 +52,34 @@ class TurnChannel:
         self._end: object | None = None
         self._gone = False
         self._direct: DirectWrite | None = None
-        # Events published in this step of the loop, to be written directly at its end.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Events published since the last flush, to be written directly.
         self._batch: list[Published] = []
+        # Whether the publisher calls ``flush`` itself (else a flush is scheduled at the
+        # end of the loop's step: one more iteration of the loop per batch).
+        self._flushed_by_publisher = False
 
     def write_directly(self, write: DirectWrite) -> None:
         """From now on, while the reader waits, batches of events go to ``write``."""
         self._direct = write
+        # (Looked up once: each asyncio.get_running_loop() is a getpid() system call.)
+        self._loop = asyncio.get_running_loop()
+
+    @contextmanager
+    def batched(self) -> Iterator[Callable[[], None]]:
+        """Within the block the publisher ends each batch itself with the ``flush`` it
+        is given; what is left is flushed on leaving."""
+        self._flushed_by_publisher = True
+        try:
+            yield self.flush
+        finally:
+            self._flushed_by_publisher = False
+            self.flush()
+
+    def flush(self) -> None:
+        """Sends the batch on now: to the client if it can take it, else to the reader."""
+        if self._batch:
+            self._send_batch()
 
     def _put(self, item: Any) -> None:
         if self._batch:
@@ -75,8 +99,8 @@ class TurnChannel:
         """``data``: the event's JSON, serialized once by the turn for every reader."""
         batch = self._batch
         if batch or (self._direct is not None and self._waiter is not None):
-            if not batch:
-                asyncio.get_running_loop().call_soon(self._send_batch)
+            if not batch and not self._flushed_by_publisher and self._loop is not None:
+                self._loop.call_soon(self._send_batch)
             batch.append((event, data))
             return
         self._put((event, data))

@@ -14,7 +14,7 @@ failure is stored.
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack, nullcontext
 from typing import Any
 
 import orjson
@@ -112,6 +112,13 @@ class TurnInProgress:
             self.emit(event)
         if self.after_opening is not None:
             self.after_opening()
+
+    def events_batched(self) -> AbstractContextManager[Callable[[], None] | None]:
+        """While a round streams: what the client is sent is flushed with each upstream
+        chunk (the flush to call then; None when nobody streams the turn)."""
+        if self.channel is None:
+            return nullcontext(None)
+        return self.channel.batched()
 
     def show_start_early(self) -> None:
         """The upstream accepted a streamed round: the client's stream opens now, before

@@ -68,7 +68,8 @@ async def _round(
                 accepted = True
                 run.accepted()
                 run.show_start_early()
-                failure = await pump(stream.events(), relay, on_event)
+                with run.events_batched() as flush:
+                    failure = await pump(stream.events(flush), relay, on_event)
         except ApiError as exc:
             if not accepted and not run.begun:
                 raise
