@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("agentic_api.turns.runner",),
     ("agentic_api.turns.kinds",),
     ("agentic_api.turns.run",),
+    # (Trees before stop 33: the streamed entry point had a module of its own.)
     ("agentic_api.turns.stream",),
     ("agentic_api.idempotency", "agentic_api.messages"),
     ("agentic_api.background",),

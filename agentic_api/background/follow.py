@@ -11,7 +11,7 @@ import orjson
 
 from agentic_api.storage.database import Database
 from agentic_api.storage.responses import ResponseRepository
-from agentic_api.wire.status import TERMINAL_EVENTS, TERMINAL_STATUSES
+from agentic_api.wire.events import TERMINAL_EVENTS, TERMINAL_STATUSES
 
 # How often a follower looks for new events of a response that is still running.
 FOLLOW_POLL_SECONDS = 0.1

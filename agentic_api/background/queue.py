@@ -28,11 +28,10 @@ from agentic_api.storage.types import utcnow
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.kinds.tool_loop import check_mcp_hosts
 from agentic_api.turns.prepare.turn import prepare_turn
-from agentic_api.turns.runner.commit import build_row
-from agentic_api.wire.events import error_event, stamped, terminal_event
+from agentic_api.turns.runner.finish import build_row
+from agentic_api.wire.events import TERMINAL_STATUSES, error_event, stamped, terminal_event
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import finish_response, response_error
-from agentic_api.wire.status import TERMINAL_STATUSES
 
 
 async def enqueue(

@@ -53,8 +53,8 @@ from typing import Any, Literal, Protocol
 from agentic_api import metrics
 from agentic_api.cache.residency.tracker import ResidencyTracker
 from agentic_api.cache.residency.tree import chain_keys
+from agentic_api.wire.events import CONTINUABLE_STATUSES
 from agentic_api.wire.requests import CreateResponseRequest
-from agentic_api.wire.status import CONTINUABLE_STATUSES
 
 WINDOW_SECONDS = 60.0
 # Re-warm records kept per session (the admin timeline shows them).

@@ -25,8 +25,7 @@ from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.prewarm import run_prewarm
-from agentic_api.turns.run import TurnFailed, run_turn
-from agentic_api.turns.stream import open_stream
+from agentic_api.turns.run import TurnFailed, open_stream, run_turn
 from agentic_api.wire.requests import CreateResponseRequest
 
 Created = Replayed | Queued | Streaming | Final | Prewarmed

@@ -21,7 +21,7 @@ from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.prewarm import run_prewarm
 from agentic_api.upstream.replica_metrics import read_load
-from agentic_api.wire.prompt_cache import PromptCacheOptions
+from agentic_api.wire.create_fields import PromptCacheOptions
 from agentic_api.wire.requests import CreateResponseRequest
 
 log = get_logger("agentic_api.serving.keep_warm")

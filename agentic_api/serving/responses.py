@@ -15,7 +15,7 @@ from agentic_api.serving.pages import item_page
 from agentic_api.serving.results import StoredEvents
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.turns.runner.rebuilt_events import rebuild_events
-from agentic_api.wire.status import TERMINAL_STATUSES
+from agentic_api.wire.events import TERMINAL_STATUSES
 
 
 def response_not_found(response_id: str) -> ApiError:

@@ -10,7 +10,7 @@ from agentic_api.background.follow import follow
 from agentic_api.storage.database import Database
 from agentic_api.storage.idempotency import Outcome
 from agentic_api.turns.prewarm import Prewarmed
-from agentic_api.turns.stream import TurnStream
+from agentic_api.turns.run import TurnStream
 
 __all__ = ["Final", "Prewarmed", "Queued", "Replayed", "Streaming", "replayed"]
 

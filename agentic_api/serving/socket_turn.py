@@ -29,10 +29,9 @@ from agentic_api.turns.prepare.connection_histories import (
 )
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.prewarm import run_prewarm
-from agentic_api.turns.run import TurnFailed, run_without_model
-from agentic_api.turns.stream import TurnStream, open_stream
+from agentic_api.turns.run import TurnFailed, TurnStream, open_stream, run_without_model
+from agentic_api.wire.events import CONTINUABLE_STATUSES
 from agentic_api.wire.requests import CreateResponseRequest
-from agentic_api.wire.status import CONTINUABLE_STATUSES
 
 
 @dataclass(frozen=True)

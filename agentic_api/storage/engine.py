@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, ExceptionContext
 from sqlalchemy.exc import InvalidatePoolError
@@ -15,15 +14,7 @@ from sqlalchemy.pool import NullPool
 from agentic_api.storage.errors import is_connection_lost
 from agentic_api.storage.sqlite.drivers import INLINE_DRIVER, ONE_HOP_DRIVER
 from agentic_api.storage.sqlite.pragmas import SQLITE_BUSY_TIMEOUT_MS, connection_pragmas
-
-
-def _dump_json(value: Any) -> str:
-    return orjson.dumps(value).decode()
-
-
-# JSON columns go through orjson: several times faster than the stdlib on every turn's
-# response body, and it refuses NaN rather than writing invalid JSON.
-_JSON_CODEC: dict[str, Any] = {"json_serializer": _dump_json, "json_deserializer": orjson.loads}
+from agentic_api.storage.types import JSON_CODEC
 
 
 def create_engine(
@@ -36,7 +27,7 @@ def create_engine(
     engine = create_async_engine(
         url,
         echo=echo,
-        **_JSON_CODEC,
+        **JSON_CODEC,
         pool_size=pool_size,
         max_overflow=pool_size,
         # Not SQLAlchemy's pre-ping: it pings at every checkout, and for asyncpg a ping is a
@@ -94,7 +85,7 @@ def _ping_after_idle(engine: AsyncEngine) -> None:
 
 
 def _sqlite_engine(url: str, *, echo: bool, inline: bool) -> AsyncEngine:
-    kwargs: dict[str, Any] = {"echo": echo, **_JSON_CODEC}
+    kwargs: dict[str, Any] = {"echo": echo, **JSON_CODEC}
     if ":memory:" in url or url.rstrip("/").endswith("sqlite+aiosqlite:"):
         # A private in-memory database would vanish between pooled connections.
         raise ValueError("in-memory SQLite is not supported; give the database a file")

@@ -11,13 +11,7 @@ from sqlalchemy import CursorResult, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentic_api.storage.models import Response, TokenArtifactRow
-
-# Every column, in the order the turn store binds them (storage/turn_store/statements.py).
-ARTIFACT_KEYS = tuple(column.key for column in TokenArtifactRow.__table__.columns)
-
-
-def artifact_values(row: TokenArtifactRow) -> dict[str, Any]:
-    return {key: getattr(row, key) for key in ARTIFACT_KEYS}
+from agentic_api.storage.turn_rows import artifact_values
 
 
 class TokenArtifactRepository:

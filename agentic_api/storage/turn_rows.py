@@ -1,5 +1,5 @@
 """A turn's own rows, defined once: the values of its ``responses`` row, its items' and
-events' columns and values, and the checkpoint read of a parent.
+events' columns and values, its token artifact's, and the checkpoint read of a parent.
 
 Two writers produce these rows — the repositories through SQLAlchemy
 (``storage/responses.py``) and the turn store's compiled statements
@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, select
 
-from agentic_api.storage.models import Response, ResponseEvent, ResponseItem
+from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,11 @@ _NOT_IN_CHECKPOINT = frozenset({"body", "request", "token_account"})
 LIVE_CHECKPOINT = select(
     *(column for column in Response.__table__.columns if column.key not in _NOT_IN_CHECKPOINT)
 ).where(*_LIVE)
+
+
+# Every column, in the order the turn store binds them (storage/turn_store/statements.py).
+ARTIFACT_KEYS = tuple(column.key for column in TokenArtifactRow.__table__.columns)
+
+
+def artifact_values(row: TokenArtifactRow) -> dict[str, Any]:
+    return {key: getattr(row, key) for key in ARTIFACT_KEYS}

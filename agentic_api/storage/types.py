@@ -1,10 +1,12 @@
-"""Column types that behave the same on SQLite and PostgreSQL."""
+"""Column types that behave the same on SQLite and PostgreSQL, and how their JSON is
+written and read."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import JSON, DateTime
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
@@ -39,6 +41,15 @@ JsonDocument = JSON()
 # Documents the database filters on (conversation metadata, in admin queries): JSONB on
 # PostgreSQL; their strings are refused NUL before anything is stored (wire/metadata.py).
 QueryableJsonDocument = JSON().with_variant(JSONB(), "postgresql")
+
+
+def dump_json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+# The engines' codec for JSON columns: orjson, several times faster than the stdlib on every
+# turn's response body, and it refuses NaN rather than writing invalid JSON.
+JSON_CODEC: dict[str, Any] = {"json_serializer": dump_json, "json_deserializer": orjson.loads}
 
 
 def utcnow() -> datetime:

@@ -28,9 +28,8 @@ from agentic_api.runtime import Services
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.turns.runner.round import invalid_answer
-from agentic_api.wire.events import snapshot_event, terminal_event
+from agentic_api.wire.events import CREATED, snapshot_event, terminal_event
 from agentic_api.wire.response_object import finish_response, normalize_usage, usage_block
-from agentic_api.wire.status import CREATED
 from agentic_api.wire.upstream_answer import final_problem
 
 

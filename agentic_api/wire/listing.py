@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentic_api.wire.events import ITEM_STATUSES
 from agentic_api.wire.response_object import output_part
-from agentic_api.wire.status import ITEM_STATUSES
 
 # Items a list shows with a ``status`` (OpenAI's item types require one): a stored item
 # is a finished one.

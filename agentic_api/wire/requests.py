@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from agentic_api.errors import ApiError, InvalidRequest
-from agentic_api.wire.create_fields import refuse_unsupported
+from agentic_api.wire.create_fields import PromptCacheOptions, check_prewarm, refuse_unsupported
 from agentic_api.wire.limits import (
     MAX_ID_LENGTH,
     MAX_INCLUDE_ENTRIES,
@@ -28,7 +28,6 @@ from agentic_api.wire.limits import (
     MAX_TOOLS,
 )
 from agentic_api.wire.metadata import check_metadata
-from agentic_api.wire.prompt_cache import PromptCacheOptions, check_prewarm
 from agentic_api.wire.storable import check_depth, check_no_nul, too_deep
 
 # Fields that shape our own behaviour and never travel upstream as given.

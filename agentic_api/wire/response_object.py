@@ -9,13 +9,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from agentic_api.errors import ApiError
-from agentic_api.wire.requests import CreateResponseRequest
-from agentic_api.wire.status import (
+from agentic_api.wire.events import (
     ITEM_STATUSES,
     RATE_LIMITED,
     SERVER_ERROR,
     TERMINAL_STATUSES,
 )
+from agentic_api.wire.requests import CreateResponseRequest
 
 DEFAULT_TEXT: dict[str, Any] = {"format": {"type": "text"}, "verbosity": "medium"}
 DEFAULT_REASONING: dict[str, Any] = {"effort": None, "summary": None}
@@ -208,7 +208,7 @@ def base_response(
         ),
         "previous_response_id": request.previous_response_id,
         "prompt_cache_key": request.prompt_cache_key,
-        # Known when the turn ends (turns/runner/cache_diagnostics.py); null until then.
+        # Known when the turn ends (turns/runner/tokens.py); null until then.
         "prompt_cache_diagnostics": None,
         "prompt_cache_options": (
             request.prompt_cache_options.echoed() if request.prompt_cache_options else None

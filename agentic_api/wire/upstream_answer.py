@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentic_api.wire.events import TERMINAL_EVENTS
 from agentic_api.wire.limits import MAX_INTEGER, MAX_ITEM_TYPE_LENGTH, MAX_JSON_DEPTH
-from agentic_api.wire.status import TERMINAL_EVENTS
 from agentic_api.wire.storable import NUL, json_depth
 
 # A final object the model server may send: cancelled is ours to decide, not its.

@@ -101,7 +101,7 @@ def _turn(
         "output_item_count": 1,
         "conversation_position": 2 * turn if conversation_id else None,
         "token_account": account,
-        # What the commit writes beside the account (turns/runner/commit.py).
+        # What the commit writes beside the account (turns/runner/finish.py).
         "lost_by_cause": None if account is None else account["lost"],
         "lost_tokens": None if account is None else sum(account["lost"].values()),
     }

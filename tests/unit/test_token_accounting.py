@@ -7,8 +7,15 @@ from array import array
 
 import pytest
 
-from agentic_api.cache.accounting import Cause, Continuation, Status, account, cold_start
-from agentic_api.cache.alignment import align, common_prefix
+from agentic_api.cache.accounting import (
+    Cause,
+    Continuation,
+    Status,
+    account,
+    align,
+    cold_start,
+    common_prefix,
+)
 from agentic_api.cache.codec import ArtifactCorrupt, pack_ids, unpack_ids
 from agentic_api.cache.recent import RecentArtifacts, TokenArtifact
 from agentic_api.serving.admin.token_account import explain_account

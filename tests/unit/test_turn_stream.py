@@ -1,4 +1,4 @@
-"""The streamed turn's handle (``turns/stream.py``): the wait for the upstream's
+"""The streamed turn's handle (``turns/run.py``): the wait for the upstream's
 acceptance, and the disconnect rule, against a stub upstream and a SQLite file."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from agentic_api.errors import ApiError
 from agentic_api.turns.data.caller import Caller
-from agentic_api.turns.stream import TurnStream, Work, open_stream
+from agentic_api.turns.run import TurnStream, Work, open_stream
 from tests.support.loopback import answering, json_answer, read_request, sse_answer, sse_frames
 from tests.support.stub_turns import (
     STARTED,

@@ -23,12 +23,13 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
-from agentic_api.storage.token_artifacts import ARTIFACT_KEYS, artifact_values
 from agentic_api.storage.turn_rows import (
+    ARTIFACT_KEYS,
     EVENT_COLUMNS,
     ITEM_COLUMNS,
     LIVE_CHECKPOINT,
     NewItem,
+    artifact_values,
     event_values,
     item_values,
     response_values,

@@ -14,10 +14,10 @@ from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.mcp.specs import McpServer
 from agentic_api.storage.models import Response
 from agentic_api.turns.data.caller import Caller, Reservation
+from agentic_api.wire.events import CONTINUABLE_STATUSES
 from agentic_api.wire.items import Item
 from agentic_api.wire.mcp import ApprovalResponse
 from agentic_api.wire.requests import CreateResponseRequest
-from agentic_api.wire.status import CONTINUABLE_STATUSES
 from lineage import ExecutionFingerprint, FingerprintChange, ResponseLineage
 
 CONTINUABLE = CONTINUABLE_STATUSES

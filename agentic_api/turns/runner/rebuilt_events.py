@@ -8,9 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agentic_api.wire.events import snapshot_event, terminal_event
+from agentic_api.wire.events import (
+    CREATED,
+    IN_PROGRESS,
+    TERMINAL_STATUSES,
+    snapshot_event,
+    terminal_event,
+)
 from agentic_api.wire.response_object import output_part, streamed_item
-from agentic_api.wire.status import CREATED, IN_PROGRESS, TERMINAL_STATUSES
 
 
 def rebuild_events(response: dict[str, Any]) -> list[dict[str, Any]]:

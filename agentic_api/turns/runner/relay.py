@@ -11,16 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens, take_reported_tokens
-from agentic_api.wire.events import snapshot_event
-from agentic_api.wire.items import id_kind_for
-from agentic_api.wire.response_object import output_item, output_part, streamed_item, with_sampling
-from agentic_api.wire.status import (
+from agentic_api.wire.events import (
     CREATED,
     ERROR,
     IN_PROGRESS,
     SNAPSHOT_EVENTS,
     UPSTREAM_TERMINAL_EVENTS,
+    snapshot_event,
 )
+from agentic_api.wire.items import id_kind_for
+from agentic_api.wire.response_object import output_item, output_part, streamed_item, with_sampling
 from lineage import IdKind, mint_id
 
 

@@ -6,7 +6,8 @@ the model runs (or found in this process's recent artifacts), the account is a f
 memcmp's, packing is one zstd call, the artifact is written in the turn's own commit, and
 decoding a divergence's tokens for people to read happens after the terminal event.
 Nothing here fails a turn: missing or bad token data gives an account that says
-"unknown" and why.
+"unknown" and why. The client sees that account as ``prompt_cache_diagnostics`` when it
+asks (``cache_diagnostics``, at the end of this module).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from agentic_api import tracing
 from agentic_api.cache.accounting import (
@@ -27,6 +29,7 @@ from agentic_api.cache.accounting import (
     with_pieces,
 )
 from agentic_api.cache.codec import ENCODING, ArtifactCorrupt, pack_ids, unpack_ids
+from agentic_api.cache.diagnostics import NOT_FOUND, UNAVAILABLE, diagnostics
 from agentic_api.cache.recent import TokenArtifact
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
@@ -34,6 +37,7 @@ from agentic_api.metrics import record_token_account
 from agentic_api.runtime import Services
 from agentic_api.storage.fault_log import log_step_failure
 from agentic_api.storage.models import Response, TokenArtifactRow
+from agentic_api.storage.responses import ResponseRepository
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD, TokenPlan, TokenRecord
@@ -42,7 +46,7 @@ from agentic_api.turns.prepare.render import streams_upstream
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens
 from agentic_api.wire.items import Item
-from lineage import FingerprintChange, canonical_json, prefix_digest
+from lineage import ExecutionFingerprint, FingerprintChange, canonical_json, prefix_digest
 
 log = get_logger("agentic_api.turns.tokens")
 
@@ -322,3 +326,78 @@ __all__ = [
     "settle_tokens",
     "stored_tokens",
 ]
+
+
+# ``prompt_cache_diagnostics`` for a turn, known before its terminal event.
+
+# Asked for with ``prompt_cache_options.comparison_response_id`` (any live response of the
+# caller's tenant; another tenant's id is not found), or, when the operator enabled
+# ``AGENTIC_PROMPT_CACHE_DIAGNOSTICS_DEFAULT``, against the parent of a continuation. Against
+# the parent the turn's own account is the answer; against another response the same
+# account is made from that response's stored ids (one row read after the model ran).
+
+
+def comparison_id(services: Services, turn: PreparedTurn) -> str | None:
+    """The response this turn's prompt is compared with, or None when none was asked for."""
+    options = turn.request.prompt_cache_options
+    if options is not None and options.comparison_response_id is not None:
+        return options.comparison_response_id
+    if services.settings.prompt_cache_diagnostics_default and turn.parent is not None:
+        return turn.parent.id
+    return None
+
+
+async def cache_diagnostics(
+    services: Services,
+    turn: PreparedTurn,
+    plan: TokenPlan | None,
+    record: TokenRecord | None,
+    relay: StreamRelay,
+) -> dict[str, Any] | None:
+    compared = comparison_id(services, turn)
+    if compared is None:
+        return None
+    try:
+        return await _against(services, turn, compared, plan, record, relay)
+    except Exception:
+        # Like the account itself, a diagnosis never costs the client its turn.
+        log.exception("prompt cache diagnostics failed", response_id=turn.response_id)
+        return dict(UNAVAILABLE)
+
+
+async def _against(
+    services: Services,
+    turn: PreparedTurn,
+    compared: str,
+    plan: TokenPlan | None,
+    record: TokenRecord | None,
+    relay: StreamRelay,
+) -> dict[str, Any]:
+    if turn.parent is not None and compared == turn.parent.id:
+        return diagnostics(record.account) if record is not None else dict(UNAVAILABLE)
+    tenant_id = turn.caller.tenant_id
+    async with services.db.turn_read() as session:
+        row = await ResponseRepository(session).get(tenant_id, compared, documents=False)
+    if row is None:
+        return dict(NOT_FOUND)
+    rounds = relay.token_rounds
+    first = rounds[0] if rounds else None
+    if plan is None or not isinstance(first, ReportedTokens):
+        return dict(UNAVAILABLE)
+    artifact = await stored_tokens(services, tenant_id, row)
+    if isinstance(artifact, str):
+        return dict(UNAVAILABLE)
+    changes = turn.fingerprint.diff(ExecutionFingerprint.from_dict(row.fingerprint))
+    made = account(
+        Continuation(
+            parent_id=row.id,
+            changes=tuple(change.component for change in changes),
+            parent_output_types=artifact.output_types,
+        ),
+        artifact.prompt,
+        artifact.output,
+        first.prompt,
+        first.cached_tokens,
+        plan.block_size,
+    )
+    return diagnostics(made)
