@@ -109,7 +109,12 @@ class DirectBody:
             or cycle.transport.is_closing()
         ):
             return False
-        cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        try:
+            cycle.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        except Exception:
+            # A connection failing under us: the response's task has the rule for a client
+            # that left; the turn (whose model has run) must never fail on its write.
+            return False
         return True
 
 

@@ -57,6 +57,10 @@ class SilenceLimit:
         self._handle.cancel()
 
     def _check(self) -> None:
+        if self._response.connection is None:
+            # Released (the stream ended; its generator not yet closed): the connection
+            # may serve another request now, which this limit must never touch.
+            return
         quiet_until = self.heard_at + self._seconds
         if self._loop.time() < quiet_until:
             self._handle = self._loop.call_at(quiet_until, self._check)
