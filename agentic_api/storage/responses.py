@@ -26,6 +26,7 @@ from agentic_api.storage.pages import by_position
 from agentic_api.storage.turn_rows import (
     LIVE_CHECKPOINT,
     LIVE_RESPONSE,
+    EventJson,
     NewItem,
     event_values,
     item_values,
@@ -206,7 +207,7 @@ class ResponseRepository:
         found = (await self.session.execute(query)).scalar_one_or_none()
         return -1 if found is None else int(found)
 
-    async def add_events(self, response_id: str, events: Sequence[tuple[int, str]]) -> None:
+    async def add_events(self, response_id: str, events: Sequence[EventJson]) -> None:
         if events:
             await self.session.execute(insert(ResponseEvent), event_values(response_id, events))
 

@@ -23,6 +23,11 @@
 # FLOOR=1 adds a target `floor` on BASE_PORT + 7: scripts/bench/relay_floor.py, a relay on
 # our stack (uvicorn, uvloop, aiohttp) that passes the upstream's bytes through unparsed,
 # the least a Python server can spend per streamed event.
+#
+# GRANIAN=1 adds a target `granian` on BASE_PORT + 8: this checkout's app (same database as
+# `ours`) served by granian (a Rust HTTP server, ASGI) instead of uvicorn, one worker on
+# uvloop, to measure the HTTP server's share (docs/benchmarks/streaming, "Which ASGI
+# server"). granian is not a dependency: `.venv/bin/pip install 'granian[uvloop]==2.8.9'`.
 
 wait_http() {
   for _ in $(seq 1 100); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.2; done
@@ -129,6 +134,18 @@ start_servers() {
     BENCH_PIDS+=($floor_pid)
     wait_http "http://127.0.0.1:$floor_port/health"
     targets+=(--target "floor=http://127.0.0.1:$floor_port" --pid "floor=$floor_pid")
+  fi
+  if [[ -n "${GRANIAN:-}" ]]; then
+    local granian_port=$((BASE_PORT + 8)) granian_pid
+    [[ -x .venv/bin/granian ]] || { echo "GRANIAN=1 needs .venv/bin/granian" >&2; return 1; }
+    .venv/bin/granian --interface asgi --factory --host 127.0.0.1 --port "$granian_port" \
+      --workers 1 --loop uvloop --log-level warning agentic_api.app:create_app \
+      >"$WORK/granian.log" 2>&1 &
+    granian_pid=$!
+    BENCH_PIDS+=($granian_pid)
+    wait_http "http://127.0.0.1:$granian_port/health"
+    targets+=(--target "granian=http://127.0.0.1:$granian_port" --pid "granian=$granian_pid"
+      --api-key "granian=$KEY")
   fi
   PEER_PID=
   if [[ -n "$PEER" && -x "$PEER/bin/agentic-server" ]]; then

@@ -40,6 +40,18 @@ def test_consecutive_events_are_one_row_and_gaps_start_another() -> None:
     assert event_values("resp_a", []) == []
 
 
+def test_events_given_as_bytes_are_stored_as_the_same_text() -> None:
+    # A committing turn passes the bytes its events were published with (one decode per
+    # run, not per event); the rows must be the ones their text would make.
+    written = events([0, 1, 2, 5, 6, 9])
+    as_bytes = [(n, json.encode()) for n, json in written]
+    assert event_values("resp_a", as_bytes) == event_values("resp_a", written)
+    assert all(isinstance(r["data"], str) for r in event_values("resp_a", as_bytes))
+    # Non-ASCII text survives the one decode of a joined run.
+    accented = [(0, '{"d":"caf\u00e9 \u2713"}'.encode()), (1, "{\"d\":\"café ✓\"}".encode())]
+    assert event_values("r", accented)[0]["data"] == '{"d":"caf\u00e9 \u2713"}\n{"d":"café ✓"}'
+
+
 def test_runs_read_back_from_any_cursor() -> None:
     written = events([0, 1, 2, 5, 6, 9])
     rows = [

@@ -38,7 +38,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from agentic_api.storage.errors import is_connection_lost
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
 from agentic_api.storage.timing import timed_transaction
-from agentic_api.storage.turn_rows import COPIED_FROM_RESPONSE, EVENT_COLUMNS, ITEM_COLUMNS, NewItem
+from agentic_api.storage.turn_rows import (
+    COPIED_FROM_RESPONSE,
+    EVENT_COLUMNS,
+    ITEM_COLUMNS,
+    EventJson,
+    NewItem,
+)
 from agentic_api.storage.turn_store.statements import RowInsert, TurnInsert, TurnStatements
 
 
@@ -67,7 +73,7 @@ class PostgresTurnStore:
         self,
         row: Response,
         items: Sequence[NewItem],
-        events: Sequence[tuple[int, str]],
+        events: Sequence[EventJson],
         artifact: TokenArtifactRow | None = None,
     ) -> None:
         turn = self._statements.insert(row, items, events, artifact)

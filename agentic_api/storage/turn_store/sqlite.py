@@ -42,7 +42,7 @@ from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.sqlite.drivers import run_when_unlocked
 from agentic_api.storage.sqlite.pragmas import SQLITE_BUSY_TIMEOUT_MS, connection_pragmas
 from agentic_api.storage.timing import timed_transaction
-from agentic_api.storage.turn_rows import NewItem
+from agentic_api.storage.turn_rows import EventJson, NewItem
 from agentic_api.storage.turn_store.statements import TurnInsert, TurnStatements
 
 FOLD_WAL_EVERY_COMMITS = 100
@@ -78,7 +78,7 @@ class SqliteTurnStore:
         self,
         row: Response,
         items: Sequence[NewItem],
-        events: Sequence[tuple[int, str]],
+        events: Sequence[EventJson],
         artifact: TokenArtifactRow | None = None,
     ) -> None:
         turn = self._statements.insert(row, items, events, artifact)

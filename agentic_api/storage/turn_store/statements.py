@@ -28,6 +28,7 @@ from agentic_api.storage.turn_rows import (
     EVENT_COLUMNS,
     ITEM_COLUMNS,
     LIVE_CHECKPOINT,
+    EventJson,
     NewItem,
     artifact_values,
     event_values,
@@ -140,7 +141,7 @@ class TurnStatements:
         self,
         row: Response,
         items: Sequence[NewItem],
-        events: Sequence[tuple[int, str]],
+        events: Sequence[EventJson],
         artifact: TokenArtifactRow | None = None,
     ) -> TurnInsert:
         """What ``ResponseRepository.insert``, ``add_events`` and

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
-from agentic_api.storage.turn_rows import NewItem
+from agentic_api.storage.turn_rows import EventJson, NewItem
 
 
 class TurnStore(Protocol):
@@ -33,7 +33,7 @@ class TurnStore(Protocol):
         self,
         row: Response,
         items: Sequence[NewItem],
-        events: Sequence[tuple[int, str]],
+        events: Sequence[EventJson],
         artifact: TokenArtifactRow | None = None,
     ) -> None:
         """Stores a turn that touches nothing else, in one transaction: its row, its items
@@ -64,7 +64,7 @@ class SessionTurnStore:
         self,
         row: Response,
         items: Sequence[NewItem],
-        events: Sequence[tuple[int, str]],
+        events: Sequence[EventJson],
         artifact: TokenArtifactRow | None = None,
     ) -> None:
         async with self._db.write() as session:

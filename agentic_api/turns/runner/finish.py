@@ -25,6 +25,7 @@ from agentic_api.storage.errors import nothing_written
 from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.responses import NewItem, ResponseRepository
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
+from agentic_api.storage.turn_rows import EventJson
 from agentic_api.storage.verified_histories import VerifiedHistories
 from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.data.prepared import CONTINUABLE, PreparedTurn
@@ -360,9 +361,8 @@ async def commit_turn(
         # The JSON each event was published with (turns/runner/in_progress.py), by id; an event
         # never published yet (the terminal one, committed before it is sent) is serialized here.
         known = serialized or {}
-        stored_events = [
-            (e["sequence_number"], (known.get(id(e)) or orjson.dumps(e)).decode())
-            for e in events or ()
+        stored_events: list[EventJson] = [
+            (e["sequence_number"], known.get(id(e)) or orjson.dumps(e)) for e in events or ()
         ]
         touches_only_itself = (
             row.conversation_position is None and turn.reservation is None and not hooks.steps
@@ -384,7 +384,7 @@ async def _commit_with_the_rest(
     hooks: CommitHooks,
     row: Response,
     items: Sequence[NewItem],
-    events: Sequence[tuple[int, str]],
+    events: Sequence[EventJson],
     artifact: TokenArtifactRow | None,
 ) -> None:
     """The commit of a turn that also joins a conversation, completes a reserved
