@@ -71,6 +71,9 @@ class MessageStream:
                 try:
                     async for event in up.events():
                         name = event.event or "message"
+                        # Relayed as text, as before the decoder kept bytes: bytes that
+                        # are not UTF-8 reach the client replaced.
+                        data = event.data.decode("utf-8", "replace")
                         if name == "message_stop":
                             meter.upstream_done()
                             if errored:
@@ -80,8 +83,8 @@ class MessageStream:
                             settled = True
                             await settle(self._services, turn.context, meter, outcome)
                         else:
-                            errored = _read(name, event.data, outcome, meter) or errored
-                        self._queue.put_nowait(frame_sse(name, event.data.encode()))
+                            errored = _read(name, data, outcome, meter) or errored
+                        self._queue.put_nowait(frame_sse(name, data.encode()))
                 except UpstreamError as exc:
                     # The connection broke mid-stream: end the client's stream the way
                     # Anthropic's API reports an error after the headers were sent.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -83,28 +83,37 @@ class UpstreamStream:
         self._read_timeout = read_timeout
         self.headers: CIMultiDictProxy[str] = response.headers
 
-    async def events(self, chunk_done: Callable[[], None] | None = None) -> AsyncIterator[SseEvent]:
-        """The stream's events; ``chunk_done`` is called once the events of each chunk
-        read from the socket have been taken (the relay writes them to its client then)."""
+    async def event_batches(self) -> AsyncIterator[list[SseEvent]]:
+        """The stream's events, a list per chunk read from the socket (the events it
+        completed; chunks that complete none yield nothing). The relay takes a chunk's
+        events in one step and writes them to its client together; one resumption of
+        this generator per chunk, not per event."""
         seconds = self._read_timeout
         silence = None if seconds is None else SilenceLimit(self._response, seconds)
         try:
             # One generator between the socket and the pump: the decoder is synchronous.
             decoder = SseDecoder()
+            feed = decoder.feed
             async for chunk in self._response.content.iter_any():
                 if silence is not None:
                     silence.heard()
-                for event in decoder.feed(chunk):
-                    yield event
-                if chunk_done is not None:
-                    chunk_done()
-            for event in decoder.end():
-                yield event
+                events = feed(chunk)
+                if events:
+                    yield events
+            events = decoder.end()
+            if events:
+                yield events
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise from_transport(exc, self._base_url, sent=True) from exc
         finally:
             if silence is not None:
                 silence.stop()
+
+    async def events(self) -> AsyncIterator[SseEvent]:
+        """The stream's events one by one."""
+        async for batch in self.event_batches():
+            for event in batch:
+                yield event
 
 
 class UpstreamClient:

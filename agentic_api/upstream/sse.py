@@ -9,8 +9,12 @@ from dataclasses import dataclass
 # which made building the event cost more than decoding it (one per relayed event).
 @dataclass(slots=True)
 class SseEvent:
+    """``data``: the event's data lines joined by ``\n``, as the bytes that came: JSON
+    parsers take UTF-8 bytes as they are (and refuse bytes that are not UTF-8), so no event
+    is decoded to text only to be parsed."""
+
     event: str | None
-    data: str
+    data: bytes
 
 
 class SseDecoder:
@@ -30,7 +34,7 @@ class SseDecoder:
     def __init__(self) -> None:
         self._partial: list[bytes] = []
         self._event: str | None = None
-        self._data: list[str] = []
+        self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         events: list[SseEvent] = []
@@ -76,7 +80,7 @@ class SseDecoder:
             self._partial.clear()
             self._line(line, events)
         if self._data:
-            events.append(SseEvent(self._event, "\n".join(self._data)))
+            events.append(SseEvent(self._event, b"\n".join(self._data)))
             self._event, self._data = None, []
         return events
 
@@ -91,30 +95,30 @@ class SseDecoder:
             )
             if split != -1 and one_data_line:
                 name = block[7:split].decode("utf-8", "replace")
-                events.append(SseEvent(name, block[split + 7 :].decode("utf-8", "replace")))
+                events.append(SseEvent(name, block[split + 7 :]))
                 return
         elif block.startswith(b"data: ") and block.find(b"\n") == -1:
-            events.append(SseEvent(None, block[6:].decode("utf-8", "replace")))
+            events.append(SseEvent(None, block[6:]))
             return
         for line in block.split(b"\n"):
             self._line(line, events)
         self._line(b"", events)
 
     def _line(self, raw: bytes, events: list[SseEvent]) -> None:
-        line = raw.decode("utf-8", "replace").rstrip("\r")
+        line = raw.rstrip(b"\r")
         if not line:
             if self._data:
-                events.append(SseEvent(self._event, "\n".join(self._data)))
+                events.append(SseEvent(self._event, b"\n".join(self._data)))
             self._event, self._data = None, []
             return
-        if line[0] == ":":
+        if line[:1] == b":":
             return
-        field, _, value = line.partition(":")
-        if value[:1] == " ":
+        field, _, value = line.partition(b":")
+        if value[:1] == b" ":
             value = value[1:]
-        if field == "event":
-            self._event = value
-        elif field == "data":
+        if field == b"event":
+            self._event = value.decode("utf-8", "replace")
+        elif field == b"data":
             self._data.append(value)
 
 

@@ -37,14 +37,14 @@ _USAGE_DETAILS = (
 )
 
 
-def surely_shallow(text: str) -> bool:
-    """Whether JSON ``text`` cannot nest deeper than an event may (``EventCheck``),
+def surely_shallow(text: bytes) -> bool:
+    """Whether JSON ``text`` (UTF-8 bytes) cannot nest deeper than an event may (``EventCheck``),
     told from the text alone: each level opens a bracket and closes it, so a text with
     few brackets, or too short to hold that many pairs, is within the limit whatever it
     says (brackets inside strings only count against it). Every delta is answered by its
     length; the walk over the parsed event it spares was most of the check's cost."""
     limit = MAX_ANSWER_DEPTH + 1
-    return len(text) <= 2 * limit + 1 or text.count("{") + text.count("[") <= limit
+    return len(text) <= 2 * limit + 1 or text.count(b"{") + text.count(b"[") <= limit
 
 
 def final_problem(final: Any) -> str | None:
@@ -139,6 +139,9 @@ class EventCheck:
             return "an event has no 'type'"
         if not shallow and json_depth(event) > MAX_ANSWER_DEPTH + 1:
             return f"a {kind} event is nested deeper than {MAX_ANSWER_DEPTH} levels"
+        if kind == "response.output_text.delta":
+            # Most of every stream: straight to what the order below checks for it.
+            return self._delta_problem(kind, event)
         if kind in TERMINAL_EVENTS:
             problem = final_problem(event.get("response"))
             return None if problem is None else f"{kind}: {problem}"
@@ -150,12 +153,19 @@ class EventCheck:
             return None
         if kind == "response.output_item.added":
             return self._added(event)
+        if kind == "response.output_item.done":
+            problem = self._refers_to_known_item(kind, event)
+            if problem is not None:
+                return problem
+            problem = item_problem(event.get("item"))
+            return None if problem is None else f"{kind}: the item {problem}"
+        return self._delta_problem(kind, event)
+
+    def _delta_problem(self, kind: str, event: dict[str, Any]) -> str | None:
+        """Any other event about an item: the item announced; a text delta's a string."""
         problem = self._refers_to_known_item(kind, event)
         if problem is not None:
             return problem
-        if kind == "response.output_item.done":
-            problem = item_problem(event.get("item"))
-            return None if problem is None else f"{kind}: the item {problem}"
         if kind in _TEXT_DELTAS and not isinstance(event.get("delta"), str):
             return f"{kind}: 'delta' is not a string"
         return None

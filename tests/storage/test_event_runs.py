@@ -48,7 +48,7 @@ def test_events_given_as_bytes_are_stored_as_the_same_text() -> None:
     assert event_values("resp_a", as_bytes) == event_values("resp_a", written)
     assert all(isinstance(r["data"], str) for r in event_values("resp_a", as_bytes))
     # Non-ASCII text survives the one decode of a joined run.
-    accented = [(0, '{"d":"caf\u00e9 \u2713"}'.encode()), (1, "{\"d\":\"café ✓\"}".encode())]
+    accented = [(0, '{"d":"caf\u00e9 \u2713"}'.encode()), (1, '{"d":"café ✓"}'.encode())]
     assert event_values("r", accented)[0]["data"] == '{"d":"caf\u00e9 \u2713"}\n{"d":"café ✓"}'
 
 

@@ -11,13 +11,13 @@ from agentic_api.wire.upstream_answer import MAX_ANSWER_DEPTH, EventCheck, surel
 LIMIT = MAX_ANSWER_DEPTH + 1
 
 
-def nested_event(depth: int) -> str:
+def nested_event(depth: int) -> bytes:
     """A delta event whose text nests ``depth`` levels (the event object is one)."""
-    inner = "[" * (depth - 1) + "]" * (depth - 1)
-    return '{"type":"response.output_text.delta","delta":"x","extra":' + inner + "}"
+    inner = b"[" * (depth - 1) + b"]" * (depth - 1)
+    return b'{"type":"response.output_text.delta","delta":"x","extra":' + inner + b"}"
 
 
-def checked(text: str) -> str | None:
+def checked(text: bytes) -> str | None:
     check = EventCheck()
     return check.problem(orjson.loads(text), shallow=surely_shallow(text))
 
@@ -36,11 +36,11 @@ def test_an_event_at_the_limit_passes_either_way() -> None:
 
 
 def test_short_or_bracket_poor_texts_are_shallow() -> None:
-    delta = '{"type":"response.output_text.delta","delta":" word","logprobs":[]}'
+    delta = b'{"type":"response.output_text.delta","delta":" word","logprobs":[]}'
     assert surely_shallow(delta)
     # Long, but with few brackets: a long delta of text.
-    assert surely_shallow('{"type":"t","delta":"' + "a" * 10_000 + '"}')
+    assert surely_shallow(b'{"type":"t","delta":"' + b"a" * 10_000 + b'"}')
     # Brackets inside strings count against it: not shallow by the text, walked instead.
-    many = '{"type":"response.output_text.delta","delta":"' + "[" * (3 * LIMIT) + '"}'
+    many = b'{"type":"response.output_text.delta","delta":"' + b"[" * (3 * LIMIT) + b'"}'
     assert not surely_shallow(many)
     assert checked(many) is None

@@ -11,7 +11,7 @@ def decoded(*chunks: bytes) -> list[tuple[str | None, str]]:
     for chunk in chunks:
         events += decoder.feed(chunk)
     events += decoder.end()
-    return [(e.event, e.data) for e in events]
+    return [(e.event, e.data.decode()) for e in events]
 
 
 STREAM = (
@@ -47,8 +47,8 @@ def test_a_stream_decodes_the_same_however_it_is_cut() -> None:
 def test_events_are_returned_by_the_chunk_that_completes_them() -> None:
     decoder = SseDecoder()
     assert decoder.feed(b"data: 1\n") == []
-    assert [e.data for e in decoder.feed(b"\ndata: 2\n\ndata: 3")] == ["1", "2"]
-    assert [e.data for e in decoder.end()] == ["3"]
+    assert [e.data for e in decoder.feed(b"\ndata: 2\n\ndata: 3")] == [b"1", b"2"]
+    assert [e.data for e in decoder.end()] == [b"3"]
     assert decoder.end() == []
 
 
@@ -65,3 +65,12 @@ def test_a_line_far_longer_than_any_buffer_is_one_line() -> None:
 
 def test_blank_lines_without_data_dispatch_nothing() -> None:
     assert decoded(b"\n\n\r\n: c\n\nevent: lonely\n\n") == []
+
+
+def test_data_stays_the_bytes_that_came() -> None:
+    # Not decoded (a JSON parser takes the UTF-8 bytes), so bytes that are not UTF-8 stay
+    # as they were for the parser to refuse, on both paths (a whole event, line by line).
+    invalid = b"\xff\xfe"
+    for stream in (b"data: " + invalid + b"\n\n", b"data: " + invalid + b"\r\n\r\n"):
+        decoder = SseDecoder()
+        assert [e.data for e in decoder.feed(stream)] == [invalid]

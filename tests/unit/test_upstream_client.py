@@ -91,7 +91,7 @@ def event_stream_answer(
 
 async def read_stream(client: UpstreamClient) -> list[str]:
     async with client.stream_response(b"{}", {}) as stream:
-        return [sse.data async for sse in stream.events()]
+        return [sse.data.decode() async for sse in stream.events()]
 
 
 async def test_a_stream_silent_past_the_read_timeout_is_a_504() -> None:

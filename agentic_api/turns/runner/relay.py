@@ -23,6 +23,9 @@ from agentic_api.wire.items import id_kind_for
 from agentic_api.wire.response_object import output_item, output_part, streamed_item, with_sampling
 from lineage import IdKind, mint_id
 
+# Most of every stream's events (one per token).
+TEXT_DELTA = "response.output_text.delta"
+
 
 class StreamRelay:
     """``open_sampling``: the sampling fields the client left open; the relay adopts the
@@ -133,6 +136,10 @@ class StreamRelay:
         terminal events) rather than to relay. ``stamp=False`` leaves the sequence number
         to whoever may still drop or rewrite the event."""
         kind = event.get("type")
+        if kind == TEXT_DELTA:
+            delta = self._text_delta(event)
+            if delta is not None:
+                return self.stamp(delta) if stamp else delta
         if not isinstance(kind, str):
             return None
         if kind in SNAPSHOT_EVENTS:
@@ -179,6 +186,30 @@ class StreamRelay:
         if kind.endswith(".delta"):
             self.first_token_seen = True
         return self.stamp(ours) if stamp else ours
+
+    def _text_delta(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """``translate`` of the bulk of every stream, a text delta of an item this round
+        has already shown, without the general dispatch (the same event the general path
+        makes, key order included: tests/unit/test_relay_fast_path.py); None for any
+        delta that path must see (an item not yet shown, fields a delta does not carry)."""
+        index = event.get("output_index")
+        if type(index) is not int or "item" in event or "part" in event or "response_id" in event:
+            return None
+        our_id = self._ids_by_index.get(index)
+        if our_id is None:
+            return None
+        ours = event.copy()
+        ours.pop("sequence_number", None)
+        upstream_id = event.get("item_id")
+        if isinstance(upstream_id, str):
+            self._index_by_upstream_id.setdefault(upstream_id, index)
+        if "item_id" in ours:
+            ours["item_id"] = our_id
+        ours["output_index"] = index + self.offset
+        if not isinstance(ours.get("logprobs"), list):
+            ours["logprobs"] = []
+        self.first_token_seen = True
+        return ours
 
     def _id_for(self, index: int, item_type: Any, upstream_id: Any) -> str:
         if index not in self._ids_by_index:

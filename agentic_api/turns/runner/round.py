@@ -69,7 +69,7 @@ async def _round(
                 run.accepted()
                 run.show_start_early()
                 with run.events_batched() as flush:
-                    failure = await pump(stream.events(flush), relay, on_event)
+                    failure = await pump(stream.event_batches(), relay, on_event, flush)
         except ApiError as exc:
             if not accepted and not run.begun:
                 raise
@@ -92,27 +92,34 @@ async def _round(
 
 
 async def pump(
-    upstream_events: AsyncIterator[SseEvent],
+    upstream_batches: AsyncIterator[list[SseEvent]],
     relay: StreamRelay,
     handle: Callable[[dict[str, Any]], None],
+    flush: Callable[[], None] | None = None,
 ) -> ApiError | None:
     """Feeds each decoded upstream event to ``handle`` until the upstream's terminal
-    event or error (which the relay keeps); returns the transport's failure, if any."""
-    check = EventCheck()
+    event or error (which the relay keeps); returns the transport's failure, if any.
+    ``flush`` is called after each batch (what one socket read brought): the events
+    ``handle`` published for it go to the client together."""
+    problem_of = EventCheck().problem
     try:
-        async for sse in upstream_events:
-            if sse.data == "[DONE]":
-                break
-            try:
-                parsed = orjson.loads(sse.data)
-            except orjson.JSONDecodeError:
-                return invalid_answer("an event is not valid JSON")
-            problem = check.problem(parsed, shallow=surely_shallow(sse.data))
-            if problem is not None:
-                return invalid_answer(problem)
-            handle(parsed)
-            if relay.upstream_final is not None or relay.upstream_error is not None:
-                break
+        async for batch in upstream_batches:
+            for sse in batch:
+                data = sse.data
+                if data == b"[DONE]":
+                    return None
+                try:
+                    parsed = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    return invalid_answer("an event is not valid JSON")
+                problem = problem_of(parsed, shallow=surely_shallow(data))
+                if problem is not None:
+                    return invalid_answer(problem)
+                handle(parsed)
+                if relay.upstream_final is not None or relay.upstream_error is not None:
+                    return None
+            if flush is not None:
+                flush()
     except ApiError as exc:
         return exc
     return None
