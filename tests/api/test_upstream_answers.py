@@ -65,6 +65,12 @@ STREAMED: dict[str, list[Any]] = {
     ],
     "event that is not an object": [*OPENING, "[1, 2]", completed(final())],
     "event that is not JSON": [*OPENING, "{not json", completed(final())],
+    # Bytes that are not UTF-8 in an event otherwise taken as it is: JSON is UTF-8.
+    "event that is not UTF-8": [
+        *OPENING,
+        b'{"type":"response.in_progress","response":{"id":"resp_up","note":"\xff"}}',
+        completed(final()),
+    ],
     "output item without a type": [*OPENING, completed(final(output=[{"id": "x"}]))],
     "output item type with NUL": [
         *OPENING,

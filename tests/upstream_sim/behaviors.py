@@ -140,7 +140,7 @@ class Malformed:
     """A 200 answer that is not a well-formed response, as a broken upstream or a proxy in
     front of one might send. Non-streaming: ``body`` as the JSON answer (bytes or str sent
     as they are, anything else JSON-encoded). Streaming: ``events`` as SSE frames (a dict
-    JSON-encoded, a str sent verbatim as the frame's data), then the stream ends."""
+    JSON-encoded, a str or bytes sent verbatim as the frame's data), then the stream ends."""
 
     body: Any
     events: tuple[Any, ...]

@@ -217,7 +217,10 @@ class Exchange(Response):
             for index, event in enumerate(behavior.events):
                 if index and behavior.event_delay:
                     await asyncio.sleep(behavior.event_delay)
-                data = event.encode() if isinstance(event, str) else orjson.dumps(event)
+                if isinstance(event, bytes):
+                    data = event
+                else:
+                    data = event.encode() if isinstance(event, str) else orjson.dumps(event)
                 await send(
                     {
                         "type": "http.response.body",
