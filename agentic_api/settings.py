@@ -146,8 +146,9 @@ class Settings(BaseSettings):
         0.5,
         gt=0,
         description="How often an idle worker looks for queued jobs (each empty look doubles "
-        "the wait, up to 8 times this; a job enqueued in the same process wakes it at once), "
-        "and a running job for a cancel made through another process.",
+        "the wait, up to 8 times this; on SQLite a look is skipped while nobody has committed "
+        "since the last empty one; a job enqueued in the same process wakes it at once), and "
+        "a running job for a cancel made through another process.",
     )
     lease_seconds: float = Field(
         30.0,

@@ -55,19 +55,53 @@ log = get_logger("agentic_api.background.worker")
 
 MAX_ATTEMPTS = 3
 PRUNE_EVERY_SECONDS = 60.0
-# An idle worker's look at the queue costs a read transaction (~2 ms of CPU here); at
-# AGENTIC_BACKGROUND_POLL_SECONDS (0.5 s) that was most of an idle server's CPU. A job
-# enqueued in this process wakes its workers at once (``BackgroundSignals.wakeup``); only
-# one enqueued by another process (an `agentic-api worker` beside `serve`, another HTTP
-# worker whose own workers are busy) needs the poll, which neither SQLite nor our
-# PostgreSQL use can replace with a notification today. So the poll stays, and each
-# empty look doubles the wait before the next, up to this many poll intervals.
+# An idle worker's look at the queue, and the sweep's at the leases, each cost a read
+# transaction (~2 ms of CPU on a small machine): at AGENTIC_BACKGROUND_POLL_SECONDS (0.5 s)
+# that was most of an idle server's CPU. A job enqueued in this process wakes its workers
+# at once (``BackgroundSignals.wakeup``); one enqueued by another process (an `agentic-api
+# worker` beside `serve`, another HTTP worker whose own workers are busy) is found by
+# polling. On SQLite each poll first reads the database's change mark
+# (``Database.change_mark``, one pragma): while nobody has committed since an empty look,
+# the look is skipped. Even so each wake of an idle process costs ~0.25 ms (measured:
+# docs/benchmarks/overhead/README.md, stop 35), so each empty poll doubles the wait before
+# the next, up to this many poll intervals.
 IDLE_POLL_GROWTH = 8
+# A real look at least this often whatever the mark says, so that a mark that stopped
+# seeing commits (a database file replaced under the server) delays work, never loses it.
+LOOK_AT_LEAST_EVERY_SECONDS = 60.0
 
 
 def next_idle_wait(waited: float, poll_seconds: float) -> float:
     """The wait after an empty look at the queue that followed a wait of ``waited``."""
     return min(waited * 2, poll_seconds * IDLE_POLL_GROWTH)
+
+
+class LookGate:
+    """Whether a periodic look at the database can be skipped: only when the database's
+    change mark equals the one read before the last look that left nothing to do, and
+    that look was not long ago (``LOOK_AT_LEAST_EVERY_SECONDS``). A database without a
+    mark (None) is always looked at."""
+
+    __slots__ = ("_looked_at", "_unchanged_since")
+
+    def __init__(self) -> None:
+        self._unchanged_since: int | None = None
+        self._looked_at = float("-inf")
+
+    def may_skip(self, mark: int | None) -> bool:
+        if mark is None or mark != self._unchanged_since:
+            return False
+        return time.monotonic() - self._looked_at < LOOK_AT_LEAST_EVERY_SECONDS
+
+    def looked(self, mark: int | None) -> None:
+        """After a look that left nothing to do, with the mark read *before* it (a commit
+        during the look changes the next mark, so the next poll looks again)."""
+        self._unchanged_since = mark
+        self._looked_at = time.monotonic()
+
+    def forget(self) -> None:
+        """After a look that found work (or failed): the next poll looks."""
+        self._unchanged_since = None
 
 
 def worker_lost(reason: str) -> ApiError:
@@ -121,14 +155,25 @@ class BackgroundWorkers:
 
     async def _work(self, worker_id: str) -> None:
         wakeup = self.services.background.wakeup
+        db = self.services.db
         poll = self.services.settings.background_poll_seconds
         wait = poll
+        gate = LookGate()
+        woken = True
         while not self._stopping:
-            try:
-                job = await self._claim(worker_id)
-            except Exception as exc:
-                log_step_failure(log, "could not claim a background job", exc)
-                job = None
+            mark = db.change_mark()
+            job = None
+            if woken or not gate.may_skip(mark):
+                try:
+                    job = await self._claim(worker_id)
+                except Exception as exc:
+                    log_step_failure(log, "could not claim a background job", exc)
+                    gate.forget()
+                else:
+                    if job is None:
+                        gate.looked(mark)
+                    else:
+                        gate.forget()
             if job is not None:
                 self._running += 1
                 try:
@@ -140,13 +185,14 @@ class BackgroundWorkers:
                     )
                 finally:
                     self._running -= 1
-                wait = poll
+                wait, woken = poll, True
                 continue
             try:
                 await asyncio.wait_for(wakeup.wait(), wait)
-                wait = poll
+                wait, woken = poll, True
             except TimeoutError:
                 wait = next_idle_wait(wait, poll)
+                woken = False
             if not self._stopping:
                 wakeup.clear()
 
@@ -166,23 +212,33 @@ class BackgroundWorkers:
 
     async def _sweep(self) -> None:
         settings = self.services.settings
+        db = self.services.db
         interval = max(settings.background_poll_seconds, min(settings.lease_seconds / 2, 5.0))
         pruned = float("-inf")
+        gate = LookGate()
+        # When the first lease held now runs out: a job can expire with nobody committing.
+        lease_end: datetime | None = None
         while not self._stopping:
             try:
-                # Also here, so the gauge stays current while every worker is busy (or
-                # there is none); an idle one reads it with each look at the queue.
-                if self._running >= self.count:
-                    async with self.services.db.read() as session:
-                        BACKGROUND_QUEUE_DEPTH.set(await JobRepository(session).queued_count())
-                await recover_expired(self.services)
+                mark = db.change_mark()
+                expiring = lease_end is not None and utcnow() >= lease_end
+                if expiring or not gate.may_skip(mark):
+                    # Also here, so the gauge stays current while every worker is busy (or
+                    # there is none); an idle one reads it with each look at the queue.
+                    if self._running >= self.count:
+                        async with db.read() as session:
+                            depth = await JobRepository(session).queued_count()
+                        BACKGROUND_QUEUE_DEPTH.set(depth)
+                    lease_end = await recover_expired(self.services)
+                    gate.looked(mark)
                 if time.monotonic() - pruned >= PRUNE_EVERY_SECONDS:
                     retention = timedelta(seconds=settings.token_artifact_retention_seconds)
-                    async with self.services.db.write() as session:
+                    async with db.write() as session:
                         await IdempotencyRepository(session).prune(utcnow())
                         await TokenArtifactRepository(session).prune(utcnow() - retention)
                     pruned = time.monotonic()
             except Exception as exc:
+                gate.forget()
                 log_step_failure(log, "background sweep failed", exc)
             await asyncio.sleep(interval)
 
@@ -244,12 +300,15 @@ async def _run_claimed(
         await fail_job(db, job.response_id, job.claim_token, turn.base, failure, events.leftover())
 
 
-async def recover_expired(services: Services) -> None:
-    """Applies the module's recovery rule to every job whose lease has expired."""
+async def recover_expired(services: Services) -> datetime | None:
+    """Applies the module's recovery rule to every job whose lease has expired; returns
+    when the first lease still held (as of its read) runs out, None when none is."""
     db = services.db
     now = utcnow()
     async with db.read() as session:
-        expired = await JobRepository(session).expired(now)
+        jobs = JobRepository(session)
+        expired = await jobs.expired(now)
+        lease_end = await jobs.earliest_lease_end()
     for job in expired:
         if not job.started and job.attempts < MAX_ATTEMPTS:
             async with db.write() as session:
@@ -268,6 +327,7 @@ async def recover_expired(services: Services) -> None:
         ):
             log.warning("failed a job its worker left", response_id=job.response_id)
             BACKGROUND_RECOVERED.labels("failed").inc()
+    return lease_end
 
 
 async def _prepare(services: Services, row: Response, inputs: Sequence[StoredItem]) -> PreparedTurn:

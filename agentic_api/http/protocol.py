@@ -16,14 +16,24 @@ A streamed turn writes its events through it from its own task, so the relay doe
 wake the request's task and its ASGI ``send`` chain for every event
 (``turns/runner/channel.py``); the response's start and end still go through ``send``, so
 every middleware sees them as before.
+
+And it keeps the ``Date`` header current itself: uvicorn refreshes it from its main loop,
+once a second, which keeps an idle process waking; ``serve``'s own loop sleeps until it is
+told to stop (``http/quiet_server.py``), and a request whose second differs from the
+header's makes it anew.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+import weakref
+from email.utils import formatdate
 from typing import Any
 
+from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.server import ServerState
 
 _HEAD_START = b"HTTP/"
 _HEAD_END = b"\r\n\r\n"
@@ -118,6 +128,22 @@ class DirectBody:
         return True
 
 
+# The second each server's Date header was made for.
+_date_made_for: weakref.WeakKeyDictionary[ServerState, int] = weakref.WeakKeyDictionary()
+
+
+def keep_date_current(state: ServerState, config: Config) -> None:
+    """Remakes the server's default headers (as uvicorn's tick does) when their Date is
+    not this second's: one clock read per request otherwise."""
+    now = time.time()
+    second = int(now)
+    if _date_made_for.get(state) == second:
+        return
+    _date_made_for[state] = second
+    date = [(b"date", formatdate(now, usegmt=True).encode())] if config.date_header else []
+    state.default_headers = date + config.encoded_headers
+
+
 class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # (uvloop's transports implement asyncio.Transport without subclassing it.)
@@ -125,6 +151,9 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(wrapped)
 
     def on_headers_complete(self) -> None:
+        # Before uvicorn's handler: it hands the default headers to the request's cycle
+        # (and a WebSocket upgrade to its handshake).
+        keep_date_current(self.server_state, self.config)
         super().on_headers_complete()
         cycle = self.cycle
         # (An upgrade to a WebSocket made no cycle for this request.)

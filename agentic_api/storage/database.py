@@ -14,6 +14,7 @@ from agentic_api.metrics import DB_STATEMENTS
 from agentic_api.storage.engine import create_engine
 from agentic_api.storage.errors import DatabaseBusy
 from agentic_api.storage.migrate import require_current
+from agentic_api.storage.sqlite.change_mark import ChangeMark
 from agentic_api.storage.timing import timed_transaction
 from agentic_api.storage.turn_store import TurnStore, open_turn_store
 
@@ -36,6 +37,8 @@ class Database:
         self._turn_reader, _ = _sessionmakers(self.turn_engine)
         for counted in {engine, self.turn_engine}:
             event.listen(counted.sync_engine, "before_cursor_execute", _count_statement)
+        database = engine.url.database
+        self._change_mark = ChangeMark(database) if self.is_sqlite and database else None
 
     @classmethod
     def from_url(cls, url: str, *, pool_size: int = 10) -> Database:
@@ -52,6 +55,13 @@ class Database:
     def turns(self) -> TurnStore:
         """A turn's checkpoint read and plain insert (``storage/turn_store/``)."""
         return open_turn_store(self.turn_engine, self)
+
+    def change_mark(self) -> int | None:
+        """A number that changes whenever anyone (any connection, any process) commits to
+        the database: two equal marks mean nothing was committed between the two calls.
+        None when this database cannot tell (PostgreSQL) or could not this time; then the
+        caller must look."""
+        return None if self._change_mark is None else self._change_mark.read()
 
     def read(self) -> AbstractAsyncContextManager[AsyncSession]:
         """A session for reads; closing it releases (and rolls back) its connection while
@@ -104,6 +114,8 @@ class Database:
             return frozenset(str(row[0]) for row in rows)
 
     async def close(self) -> None:
+        if self._change_mark is not None:
+            self._change_mark.close()
         if "turns" in self.__dict__:
             await self.turns.close()
         await self.engine.dispose()

@@ -188,6 +188,15 @@ class JobRepository:
             if r.claim_token is not None
         ]
 
+    async def earliest_lease_end(self) -> datetime | None:
+        """When the first lease still held runs out (None: no job is running): until
+        then, and while nothing is committed, no job can expire."""
+        query = select(func.min(BackgroundJob.lease_expires_at)).where(
+            BackgroundJob.status == RUNNING
+        )
+        end: datetime | None = (await self.session.execute(query)).scalar_one()
+        return end
+
     async def requeue_expired(self, response_id: str, token: str, now: datetime) -> bool:
         """Puts a job whose worker vanished before starting it back in the queue (only if
         that claim still holds it and its lease is still expired)."""

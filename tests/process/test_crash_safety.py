@@ -236,6 +236,47 @@ def test_processes_share_the_queue_and_run_each_job_once(
     assert completed_turns(one) + completed_turns(two) < jobs
 
 
+def statements(process: Process) -> float:
+    text = httpx.get(f"{process.url}/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "agentic_db_statements_total"
+    )
+
+
+def test_an_idle_process_skips_its_looks_yet_finds_a_job_enqueued_elsewhere(
+    env: dict[str, str],
+    backend: str,
+    tenant: TenantKeys,
+    sim: SimServer,
+    processes: list[Process],
+) -> None:
+    """On SQLite an idle worker and sweep read the database's change mark and skip their
+    looks while nobody commits (before: a read transaction at every poll and sweep); a job
+    enqueued by another process is still found by the next poll. On PostgreSQL, with no
+    mark, they keep looking."""
+    worker = Process.serve({**env, "AGENTIC_BACKGROUND_WORKERS": "1"})
+    processes.append(worker)
+    time.sleep(2.0)  # its first looks, sweep and prune
+    before = statements(worker)
+    time.sleep(3.0)  # polls (0.2 s, growing to 1.6 s) and 3 sweeps (1 s)
+    idle = statements(worker) - before
+    if backend == "sqlite":
+        assert idle == 0
+    else:
+        assert idle >= 3
+    api = Process.serve({**env, "AGENTIC_BACKGROUND_WORKERS": "0"})
+    processes.append(api)
+    sim.push(Reply("found"))
+    client = client_of(api, tenant)
+    queued = client.responses.create(model=sim.config.model, input="elsewhere", background=True)
+    # Well inside the mark's own safety net (a real look at least once a minute).
+    assert wait_status(client, queued.id, TERMINAL, timeout=20).status == "completed"
+    assert completed_turns(worker) == 1
+
+
 def test_retries_across_a_crash_run_the_model_once_more_at_most(
     env: dict[str, str],
     tenant: TenantKeys,

@@ -1,11 +1,14 @@
-"""``serve``'s uvicorn server: its idle loop wakes once a second, an exit signal wakes it
-at once, and responses still carry uvicorn's Date header."""
+"""``serve``'s uvicorn server: its idle loop sleeps until an exit signal wakes it, and
+responses still carry a current Date header, which the requests keep current themselves
+(``http/protocol.py:keep_date_current``) now that no tick does."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import socket
+import time
+from email.utils import parsedate_to_datetime
 
 import httpx
 import pytest
@@ -15,6 +18,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from agentic_api.http import quiet_server
+from agentic_api.http.protocol import CoalescingHttpToolsProtocol
 from agentic_api.http.quiet_server import QuietServer
 from tests.support.servers import free_port
 
@@ -38,6 +42,35 @@ async def test_an_exit_signal_stops_the_server_without_waiting_for_its_tick(
     async with httpx.AsyncClient() as client:
         response = await client.get(f"http://127.0.0.1:{port}/")
     assert response.text == "hi" and "date" in response.headers
+    server.handle_exit(signal.SIGTERM, None)
+    await asyncio.wait_for(serving, timeout=10)
+
+
+async def test_the_date_header_follows_the_clock_with_no_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(quiet_server, "_TICK_SECONDS", 3600.0)
+    port = free_port()
+    app = Starlette(routes=[Route("/", hello)])
+    config = uvicorn.Config(
+        app, port=port, log_level="warning", lifespan="off", http=CoalescingHttpToolsProtocol
+    )
+    server = _Observed(config)
+    monkeypatch.setattr(server, "capture_signals", _no_signals)
+    serving = asyncio.create_task(server.serve())
+    await asyncio.wait_for(server.listening.wait(), timeout=10)
+    seen: list[float] = []
+    async with httpx.AsyncClient() as client:
+        for _ in range(2):
+            response = await client.get(f"http://127.0.0.1:{port}/")
+            asked_at = time.time()
+            stamped = parsedate_to_datetime(response.headers["date"]).timestamp()
+            # The header's second is the request's (to the second it was made in).
+            assert asked_at - 2 < stamped <= asked_at
+            seen.append(stamped)
+            await asyncio.sleep(1.2)
+    assert seen[1] > seen[0]
+    assert len(response.headers.get_list("date")) == 1
     server.handle_exit(signal.SIGTERM, None)
     await asyncio.wait_for(serving, timeout=10)
 
