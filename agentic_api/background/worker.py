@@ -229,7 +229,8 @@ class BackgroundWorkers:
                         async with db.read() as session:
                             depth = await JobRepository(session).queued_count()
                         BACKGROUND_QUEUE_DEPTH.set(depth)
-                    lease_end = await recover_expired(self.services)
+                    # (Only a database with a mark skips looks, so only it needs this.)
+                    lease_end = await recover_expired(self.services, lease_end=mark is not None)
                     gate.looked(mark)
                 if time.monotonic() - pruned >= PRUNE_EVERY_SECONDS:
                     retention = timedelta(seconds=settings.token_artifact_retention_seconds)
@@ -300,15 +301,16 @@ async def _run_claimed(
         await fail_job(db, job.response_id, job.claim_token, turn.base, failure, events.leftover())
 
 
-async def recover_expired(services: Services) -> datetime | None:
-    """Applies the module's recovery rule to every job whose lease has expired; returns
-    when the first lease still held (as of its read) runs out, None when none is."""
+async def recover_expired(services: Services, *, lease_end: bool = False) -> datetime | None:
+    """Applies the module's recovery rule to every job whose lease has expired. With
+    ``lease_end``, returns when the first lease held as of its read runs out (None when
+    none is held; always None without it)."""
     db = services.db
     now = utcnow()
     async with db.read() as session:
         jobs = JobRepository(session)
         expired = await jobs.expired(now)
-        lease_end = await jobs.earliest_lease_end()
+        first_end = await jobs.earliest_lease_end() if lease_end else None
     for job in expired:
         if not job.started and job.attempts < MAX_ATTEMPTS:
             async with db.write() as session:
@@ -327,7 +329,7 @@ async def recover_expired(services: Services) -> datetime | None:
         ):
             log.warning("failed a job its worker left", response_id=job.response_id)
             BACKGROUND_RECOVERED.labels("failed").inc()
-    return lease_end
+    return first_end
 
 
 async def _prepare(services: Services, row: Response, inputs: Sequence[StoredItem]) -> PreparedTurn:

@@ -104,12 +104,14 @@ async def test_a_commit_by_another_process_changes_the_mark(sqlite_db: Database)
 
 
 async def test_an_unreadable_database_gives_no_mark(tmp_path: Path) -> None:
-    missing = tmp_path / "no-such-folder" / "db.sqlite"
-    database = Database.from_url(f"sqlite+aiosqlite:///{missing}")
-    try:
-        assert database.change_mark() is None
-    finally:
-        await database.close()
+    for missing in (tmp_path / "no-such-folder" / "db.sqlite", tmp_path / "not-yet.sqlite"):
+        database = Database.from_url(f"sqlite+aiosqlite:///{missing}")
+        try:
+            assert database.change_mark() is None
+        finally:
+            await database.close()
+        # Asking made no database file.
+        assert not missing.exists()
 
 
 async def test_postgres_has_no_mark(pg_db: Database) -> None:

@@ -12,6 +12,7 @@ cannot hide anyone else's.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 
@@ -25,10 +26,13 @@ class ChangeMark:
 
     def read(self) -> int | None:
         """The database's current mark, or None when it could not be read this time (a
-        lock held through recovery, a file that went away): the caller then looks, as it
-        would without a mark."""
+        lock held through recovery, no file yet): the caller then looks, as it would
+        without a mark."""
         try:
             if self._connection is None:
+                if not os.path.exists(self._database):
+                    # (Connecting would create an empty database file.)
+                    return None
                 self._connection = _connect(self._database)
             row = self._connection.execute("PRAGMA data_version").fetchone()
         except sqlite3.Error:
