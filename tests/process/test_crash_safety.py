@@ -197,14 +197,19 @@ def test_a_background_job_killed_mid_run_ends_failed_after_its_lease(
     assert sim.calls("/v1/responses") == 1
 
 
-def completed_turns(process: Process) -> float:
+def metric_total(process: Process, name: str, **labels: str) -> float:
+    """The sum of a metric's samples on a process's /metrics (those with ``labels``)."""
     text = httpx.get(f"{process.url}/metrics", timeout=10).text
     return sum(
         sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
-        if sample.name == "agentic_turns_total" and sample.labels.get("status") == "completed"
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
     )
+
+
+def completed_turns(process: Process) -> float:
+    return metric_total(process, "agentic_turns_total", status="completed")
 
 
 def test_processes_share_the_queue_and_run_each_job_once(
@@ -237,13 +242,7 @@ def test_processes_share_the_queue_and_run_each_job_once(
 
 
 def statements(process: Process) -> float:
-    text = httpx.get(f"{process.url}/metrics", timeout=10).text
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "agentic_db_statements_total"
-    )
+    return metric_total(process, "agentic_db_statements_total")
 
 
 def test_an_idle_process_skips_its_looks_yet_finds_a_job_enqueued_elsewhere(

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pytest
 from sqlalchemy import text
 
 from agentic_api.storage.database import Database
@@ -22,27 +20,6 @@ from agentic_api.storage.tenants import TenantRepository
 from tests.storage.test_turn_store import sample_row
 
 START = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def db(fresh_db: str) -> AsyncIterator[Database]:
-    database = Database.from_url(fresh_db)
-    yield database
-    await database.close()
-
-
-@pytest.fixture
-async def sqlite_db(sqlite_file_url: str) -> AsyncIterator[Database]:
-    database = Database.from_url(sqlite_file_url)
-    yield database
-    await database.close()
-
-
-@pytest.fixture
-async def pg_db(pg_url: str) -> AsyncIterator[Database]:
-    database = Database.from_url(pg_url)
-    yield database
-    await database.close()
 
 
 async def add_tenant(db: Database, name: str) -> None:

@@ -15,10 +15,8 @@ from agentic_api.storage import migrate
 from agentic_api.storage.database import Database
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.storage.turn_rows import StoredEventsCorrupt, event_values, stored_events
-from tests.storage.test_turn_store import db, new_tenant, sample_row
+from tests.storage.test_turn_store import new_tenant, sample_row
 from tests.support.databases import create_pg_database, drop_pg_database, sqlite_url
-
-__all__ = ["db"]
 
 
 def events(numbers: range | list[int]) -> list[tuple[int, str]]:

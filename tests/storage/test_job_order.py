@@ -3,10 +3,7 @@ continuation groups, on both databases, through the real claim statement."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-
-import pytest
 
 from agentic_api.storage.database import Database
 from agentic_api.storage.jobs import JobRepository
@@ -15,13 +12,6 @@ from agentic_api.storage.tenants import TenantRepository
 from tests.storage.test_turn_store import sample_row
 
 START = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def db(fresh_db: str) -> AsyncIterator[Database]:
-    database = Database.from_url(fresh_db)
-    yield database
-    await database.close()
 
 
 async def queue(db: Database, jobs: list[tuple[str, int, str | None]], tenant: str = "t") -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,15 +20,6 @@ from agentic_api.storage.turn_store.sqlite import SqliteTurnStore
 from agentic_api.storage.turn_store.statements import TurnInsert
 from agentic_api.storage.turn_store.store import SessionTurnStore
 from tests.support.sqlite import LoopTicks, WriteLockHolder, database_file
-
-
-@pytest.fixture
-async def db(fresh_db: str) -> AsyncIterator[Database]:
-    """SQLite and PostgreSQL, each with its own turn store."""
-    database = Database.from_url(fresh_db)
-    yield database
-    await database.close()
-
 
 STORES = {"sqlite": SqliteTurnStore, "postgresql": PostgresTurnStore}
 

@@ -8,7 +8,10 @@ import asyncio
 import signal
 import socket
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 import httpx
 import pytest
@@ -27,52 +30,53 @@ async def hello(_request: object) -> PlainTextResponse:
     return PlainTextResponse("hi")
 
 
-async def test_an_exit_signal_stops_the_server_without_waiting_for_its_tick(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A tick far longer than the test may wait: only the wake-up can end it in time.
+@asynccontextmanager
+async def serving(monkeypatch: pytest.MonkeyPatch, **options: Any) -> AsyncIterator[str]:
+    """A QuietServer with a tick far longer than any test waits, listening; its URL.
+    Stopped on leaving by an exit signal, which must end it in time by itself."""
     monkeypatch.setattr(quiet_server, "_TICK_SECONDS", 3600.0)
     port = free_port()
     app = Starlette(routes=[Route("/", hello)])
-    server = _Observed(uvicorn.Config(app, port=port, log_level="warning", lifespan="off"))
+    server = _Observed(
+        uvicorn.Config(app, port=port, log_level="warning", lifespan="off", **options)
+    )
     # Signals are the caller's here (uvicorn installs handlers only for its own run()).
     monkeypatch.setattr(server, "capture_signals", _no_signals)
-    serving = asyncio.create_task(server.serve())
+    running = asyncio.create_task(server.serve())
     await asyncio.wait_for(server.listening.wait(), timeout=10)
-    async with httpx.AsyncClient() as client:
-        response = await client.get(f"http://127.0.0.1:{port}/")
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.handle_exit(signal.SIGTERM, None)
+        await asyncio.wait_for(running, timeout=10)
+
+
+async def test_an_exit_signal_stops_the_server_without_waiting_for_its_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with serving(monkeypatch) as url, httpx.AsyncClient() as client:
+        response = await client.get(url)
     assert response.text == "hi" and "date" in response.headers
-    server.handle_exit(signal.SIGTERM, None)
-    await asyncio.wait_for(serving, timeout=10)
 
 
 async def test_the_date_header_follows_the_clock_with_no_tick(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(quiet_server, "_TICK_SECONDS", 3600.0)
-    port = free_port()
-    app = Starlette(routes=[Route("/", hello)])
-    config = uvicorn.Config(
-        app, port=port, log_level="warning", lifespan="off", http=CoalescingHttpToolsProtocol
-    )
-    server = _Observed(config)
-    monkeypatch.setattr(server, "capture_signals", _no_signals)
-    serving = asyncio.create_task(server.serve())
-    await asyncio.wait_for(server.listening.wait(), timeout=10)
     seen: list[float] = []
-    async with httpx.AsyncClient() as client:
+    async with (
+        serving(monkeypatch, http=CoalescingHttpToolsProtocol) as url,
+        httpx.AsyncClient() as client,
+    ):
         for _ in range(2):
-            response = await client.get(f"http://127.0.0.1:{port}/")
+            response = await client.get(url)
             asked_at = time.time()
             stamped = parsedate_to_datetime(response.headers["date"]).timestamp()
             # The header's second is the request's (to the second it was made in).
             assert asked_at - 2 < stamped <= asked_at
+            assert len(response.headers.get_list("date")) == 1
             seen.append(stamped)
             await asyncio.sleep(1.2)
     assert seen[1] > seen[0]
-    assert len(response.headers.get_list("date")) == 1
-    server.handle_exit(signal.SIGTERM, None)
-    await asyncio.wait_for(serving, timeout=10)
 
 
 class _Observed(QuietServer):
