@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 
+from agentic_api.background.look_gate import LookGate
 from agentic_api.storage.database import Database
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.wire.events import TERMINAL_EVENTS, TERMINAL_STATUSES
@@ -23,7 +24,13 @@ async def follow(
     """A response's stored events after ``after``, then each new one as it is stored,
     until its terminal event: works from any process, before the job has even started."""
     cursor = -1 if after is None else after
+    gate = LookGate()
     while True:
+        mark = db.change_mark()
+        if gate.may_skip(mark):
+            # Nobody has committed anything since the last look found nothing new.
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
+            continue
         async with db.read() as session:
             repo = ResponseRepository(session)
             # Status first: a terminal write stores its events in the same transaction,
@@ -37,5 +44,8 @@ async def follow(
                 return
         if not batch and (status is None or status in TERMINAL_STATUSES):
             return
-        if not batch:
+        if batch:
+            gate.forget()
+        else:
+            gate.looked(mark)
             await asyncio.sleep(FOLLOW_POLL_SECONDS)

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentic_api import tracing
 from agentic_api.background.job_events import JobEvents
+from agentic_api.background.look_gate import LookGate
 from agentic_api.background.queue import fail_job
 from agentic_api.errors import ApiError, Conflict
 from agentic_api.log import get_logger
@@ -66,42 +67,11 @@ PRUNE_EVERY_SECONDS = 60.0
 # docs/benchmarks/overhead/README.md, stop 35), so each empty poll doubles the wait before
 # the next, up to this many poll intervals.
 IDLE_POLL_GROWTH = 8
-# A real look at least this often whatever the mark says, so that a mark that stopped
-# seeing commits (a database file replaced under the server) delays work, never loses it.
-LOOK_AT_LEAST_EVERY_SECONDS = 60.0
 
 
 def next_idle_wait(waited: float, poll_seconds: float) -> float:
     """The wait after an empty look at the queue that followed a wait of ``waited``."""
     return min(waited * 2, poll_seconds * IDLE_POLL_GROWTH)
-
-
-class LookGate:
-    """Whether a periodic look at the database can be skipped: only when the database's
-    change mark equals the one read before the last look that left nothing to do, and
-    that look was not long ago (``LOOK_AT_LEAST_EVERY_SECONDS``). A database without a
-    mark (None) is always looked at."""
-
-    __slots__ = ("_looked_at", "_unchanged_since")
-
-    def __init__(self) -> None:
-        self._unchanged_since: int | None = None
-        self._looked_at = float("-inf")
-
-    def may_skip(self, mark: int | None) -> bool:
-        if mark is None or mark != self._unchanged_since:
-            return False
-        return time.monotonic() - self._looked_at < LOOK_AT_LEAST_EVERY_SECONDS
-
-    def looked(self, mark: int | None) -> None:
-        """After a look that left nothing to do, with the mark read *before* it (a commit
-        during the look changes the next mark, so the next poll looks again)."""
-        self._unchanged_since = mark
-        self._looked_at = time.monotonic()
-
-    def forget(self) -> None:
-        """After a look that found work (or failed): the next poll looks."""
-        self._unchanged_since = None
 
 
 def worker_lost(reason: str) -> ApiError:

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from agentic_api.background import worker
-from agentic_api.background.worker import IDLE_POLL_GROWTH, LookGate, next_idle_wait
+from agentic_api.background import look_gate
+from agentic_api.background.look_gate import LookGate
+from agentic_api.background.worker import IDLE_POLL_GROWTH, next_idle_wait
 
 
 def test_each_empty_look_doubles_the_wait_up_to_the_bound() -> None:
@@ -49,7 +50,7 @@ def test_a_standing_mark_still_gets_a_look_once_a_minute(monkeypatch: pytest.Mon
     monkeypatch.setattr(time, "monotonic", lambda: now[0])
     gate = LookGate()
     gate.looked(3)
-    now[0] += worker.LOOK_AT_LEAST_EVERY_SECONDS - 1
+    now[0] += look_gate.LOOK_AT_LEAST_EVERY_SECONDS - 1
     assert gate.may_skip(3)
     now[0] += 1
     assert not gate.may_skip(3)
