@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+from agentic_api.storage.sqlite.change_mark import Mark
+
 # A real look at least this often whatever the mark says, so that a mark that stopped
 # seeing commits (a database file replaced under the server) delays work, never loses it.
 LOOK_AT_LEAST_EVERY_SECONDS = 60.0
@@ -21,15 +23,15 @@ class LookGate:
     __slots__ = ("_looked_at", "_unchanged_since")
 
     def __init__(self) -> None:
-        self._unchanged_since: int | None = None
+        self._unchanged_since: Mark | None = None
         self._looked_at = float("-inf")
 
-    def may_skip(self, mark: int | None) -> bool:
+    def may_skip(self, mark: Mark | None) -> bool:
         if mark is None or mark != self._unchanged_since:
             return False
         return time.monotonic() - self._looked_at < LOOK_AT_LEAST_EVERY_SECONDS
 
-    def looked(self, mark: int | None) -> None:
+    def looked(self, mark: Mark | None) -> None:
         """After a look that left nothing to do, with the mark read *before* it (a commit
         during the look changes the next mark, so the next poll looks again)."""
         self._unchanged_since = mark

@@ -140,10 +140,7 @@ class BackgroundWorkers:
                     log_step_failure(log, "could not claim a background job", exc)
                     gate.forget()
                 else:
-                    if job is None:
-                        gate.looked(mark)
-                    else:
-                        gate.forget()
+                    gate.looked(mark) if job is None else gate.forget()
             if job is not None:
                 self._running += 1
                 try:
@@ -200,7 +197,9 @@ class BackgroundWorkers:
                             depth = await JobRepository(session).queued_count()
                         BACKGROUND_QUEUE_DEPTH.set(depth)
                     # (Only a database with a mark skips looks, so only it needs this.)
-                    lease_end = await recover_expired(self.services, lease_end=mark is not None)
+                    lease_end = await recover_expired(
+                        self.services, with_lease_end=mark is not None
+                    )
                     gate.looked(mark)
                 if time.monotonic() - pruned >= PRUNE_EVERY_SECONDS:
                     retention = timedelta(seconds=settings.token_artifact_retention_seconds)
@@ -271,16 +270,16 @@ async def _run_claimed(
         await fail_job(db, job.response_id, job.claim_token, turn.base, failure, events.leftover())
 
 
-async def recover_expired(services: Services, *, lease_end: bool = False) -> datetime | None:
+async def recover_expired(services: Services, *, with_lease_end: bool = False) -> datetime | None:
     """Applies the module's recovery rule to every job whose lease has expired. With
-    ``lease_end``, returns when the first lease held as of its read runs out (None when
-    none is held; always None without it)."""
+    ``with_lease_end``, returns when the first lease held as of its read runs out (None
+    when none is held; always None without it)."""
     db = services.db
     now = utcnow()
     async with db.read() as session:
         jobs = JobRepository(session)
         expired = await jobs.expired(now)
-        first_end = await jobs.earliest_lease_end() if lease_end else None
+        first_end = await jobs.earliest_lease_end() if with_lease_end else None
     for job in expired:
         if not job.started and job.attempts < MAX_ATTEMPTS:
             async with db.write() as session:

@@ -14,7 +14,7 @@ from agentic_api.metrics import DB_STATEMENTS
 from agentic_api.storage.engine import create_engine
 from agentic_api.storage.errors import DatabaseBusy
 from agentic_api.storage.migrate import require_current
-from agentic_api.storage.sqlite.change_mark import ChangeMark
+from agentic_api.storage.sqlite.change_mark import ChangeMark, Mark
 from agentic_api.storage.timing import timed_transaction
 from agentic_api.storage.turn_store import TurnStore, open_turn_store
 
@@ -56,8 +56,8 @@ class Database:
         """A turn's checkpoint read and plain insert (``storage/turn_store/``)."""
         return open_turn_store(self.turn_engine, self)
 
-    def change_mark(self) -> int | None:
-        """A number that changes whenever anyone (any connection, any process) commits to
+    def change_mark(self) -> Mark | None:
+        """A value that changes whenever anyone (any connection, any process) commits to
         the database: two equal marks mean nothing was committed between the two calls.
         None when this database cannot tell (PostgreSQL) or could not this time; then the
         caller must look."""

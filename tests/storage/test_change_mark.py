@@ -1,4 +1,4 @@
-"""``Database.change_mark`` (``storage/sqlite/change_mark.py``): on SQLite a number that
+"""``Database.change_mark`` (``storage/sqlite/change_mark.py``): on SQLite a value that
 changes with every commit of anyone — this process's sessions and turn store, another
 ``Database``, another process — and stays put while nobody commits; on PostgreSQL None
 (callers look every time). And ``JobRepository.earliest_lease_end``, which lets the sweep
@@ -16,6 +16,7 @@ from sqlalchemy import text
 from agentic_api.storage.database import Database
 from agentic_api.storage.jobs import JobRepository
 from agentic_api.storage.responses import ResponseRepository
+from agentic_api.storage.sqlite.change_mark import ChangeMark
 from agentic_api.storage.tenants import TenantRepository
 from tests.storage.test_turn_store import sample_row
 
@@ -78,6 +79,23 @@ async def test_a_commit_by_another_process_changes_the_mark(sqlite_db: Database)
         marks.append(db.change_mark())
     assert None not in marks
     assert len(set(marks)) == 3, marks
+
+
+async def test_a_reopened_connection_never_repeats_an_old_mark(sqlite_db: Database) -> None:
+    path = sqlite_db.engine.url.database
+    assert path
+    marks = ChangeMark(path)
+    try:
+        first = marks.read()
+        # As after an error: data_version's numbers start afresh on the new connection,
+        # and may equal the old one's though commits were missed in between.
+        marks.close()
+        second = marks.read()
+        assert first is not None and second is not None
+        assert second != first
+        assert marks.read() == second
+    finally:
+        marks.close()
 
 
 async def test_an_unreadable_database_gives_no_mark(tmp_path: Path) -> None:

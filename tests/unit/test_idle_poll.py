@@ -29,14 +29,14 @@ def test_the_bound_follows_the_configured_poll() -> None:
 
 def test_a_look_is_skipped_only_while_the_mark_stands() -> None:
     gate = LookGate()
-    assert not gate.may_skip(7)  # never looked yet
-    gate.looked(7)
-    assert gate.may_skip(7)
-    assert not gate.may_skip(8)  # someone committed
-    gate.looked(8)
-    assert gate.may_skip(8)
+    assert not gate.may_skip((1, 7))  # never looked yet
+    gate.looked((1, 7))
+    assert gate.may_skip((1, 7))
+    assert not gate.may_skip((1, 8))  # someone committed
+    gate.looked((1, 8))
+    assert gate.may_skip((1, 8))
     gate.forget()  # the look found a job (or failed)
-    assert not gate.may_skip(8)
+    assert not gate.may_skip((1, 8))
 
 
 def test_no_mark_is_never_skipped() -> None:
@@ -49,8 +49,8 @@ def test_a_standing_mark_still_gets_a_look_once_a_minute(monkeypatch: pytest.Mon
     now = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: now[0])
     gate = LookGate()
-    gate.looked(3)
+    gate.looked((1, 3))
     now[0] += look_gate.LOOK_AT_LEAST_EVERY_SECONDS - 1
-    assert gate.may_skip(3)
+    assert gate.may_skip((1, 3))
     now[0] += 1
-    assert not gate.may_skip(3)
+    assert not gate.may_skip((1, 3))

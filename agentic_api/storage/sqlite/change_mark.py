@@ -15,6 +15,10 @@ from __future__ import annotations
 import os
 import sqlite3
 
+# (Which connection asked, and what it answered: data_version's values mean something only
+# between two answers of one connection, so a reopened one must never match an old mark.)
+Mark = tuple[int, int]
+
 
 class ChangeMark:
     """One read-only connection, opened on first use and used only on the loop's thread
@@ -23,8 +27,9 @@ class ChangeMark:
     def __init__(self, database: str) -> None:
         self._database = database
         self._connection: sqlite3.Connection | None = None
+        self._opened = 0
 
-    def read(self) -> int | None:
+    def read(self) -> Mark | None:
         """The database's current mark, or None when it could not be read this time (a
         lock held through recovery, no file yet): the caller then looks, as it would
         without a mark."""
@@ -34,11 +39,12 @@ class ChangeMark:
                     # (Connecting would create an empty database file.)
                     return None
                 self._connection = _connect(self._database)
+                self._opened += 1
             row = self._connection.execute("PRAGMA data_version").fetchone()
         except sqlite3.Error:
             self.close()
             return None
-        return int(row[0])
+        return self._opened, int(row[0])
 
     def close(self) -> None:
         connection, self._connection = self._connection, None
