@@ -18,6 +18,7 @@ from fastapi.routing import APIRoute
 from agentic_api import __version__, tracing
 from agentic_api.background.worker import BackgroundWorkers
 from agentic_api.cache.keep_warm import KeepWarm
+from agentic_api.cache.placement_book import PlacementBook
 from agentic_api.cache.recent import RecentArtifacts
 from agentic_api.cache.residency.endpoints import Endpoint, EndpointError, parse_endpoints
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
@@ -50,6 +51,7 @@ from agentic_api.log import configure_logging, get_logger
 from agentic_api.metrics import mark_this_process_dead
 from agentic_api.runtime import Services
 from agentic_api.serving.keep_warm import KeepWarmLoop
+from agentic_api.serving.replica_probe import ReplicaProbe
 from agentic_api.serving.tenants import LOCAL_TENANT_NAME, KeyMemo
 from agentic_api.settings import ConfigError, Settings
 from agentic_api.storage.database import Database
@@ -78,14 +80,15 @@ async def build_services(settings: Settings) -> Services:
     except BaseException:
         await db.close()
         raise
-    upstream = UpstreamClient(
-        settings.upstream_base_url,
-        api_key=(
-            settings.upstream_api_key.get_secret_value() if settings.upstream_api_key else None
-        ),
-        connect_timeout=settings.upstream_connect_timeout,
-        read_timeout=settings.upstream_read_timeout,
-        models_cache_seconds=settings.models_cache_seconds,
+    # Named replicas: one client each, and the first answers what is not a turn's round
+    # (models, health, the token capability probe); else the one upstream URL.
+    replicas = {
+        name: _upstream_client(settings, url) for name, url in settings.upstream_replicas.items()
+    }
+    upstream = (
+        next(iter(replicas.values()))
+        if replicas
+        else _upstream_client(settings, settings.upstream_base_url)
     )
     services = Services(
         settings=settings,
@@ -104,6 +107,13 @@ async def build_services(settings: Settings) -> Services:
     )
     if endpoints:
         _attach_residency(services, settings, endpoints)
+    if replicas:
+        services.replicas = replicas
+        services.placement = PlacementBook(
+            replicas,
+            eject_seconds=settings.placement_eject_seconds,
+            residency=services.residency,
+        )
     if settings.keep_warm_enabled and services.residency is not None:
         services.keep_warm = KeepWarm(
             services.residency,
@@ -124,6 +134,26 @@ async def build_services(settings: Settings) -> Services:
         await services.close()
         raise
     return services
+
+
+def _upstream_client(settings: Settings, url: str) -> UpstreamClient:
+    key = settings.upstream_api_key
+    return UpstreamClient(
+        url,
+        api_key=key.get_secret_value() if key else None,
+        connect_timeout=settings.upstream_connect_timeout,
+        read_timeout=settings.upstream_read_timeout,
+        models_cache_seconds=settings.models_cache_seconds,
+    )
+
+
+def start_replica_probe(services: Services) -> ReplicaProbe | None:
+    """The named replicas' health and load probe of this process (stop it before closing)."""
+    if services.placement is None:
+        return None
+    probe = ReplicaProbe(services, services.placement)
+    probe.start()
+    return probe
 
 
 def _kv_event_endpoints(settings: Settings) -> list[Endpoint]:
@@ -177,6 +207,7 @@ async def run_workers(settings: Settings, count: int) -> None:
     workers = BackgroundWorkers(services, count)
     start_residency(services)
     keep_warm = start_keep_warm(services)
+    probe = start_replica_probe(services)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -188,6 +219,8 @@ async def run_workers(settings: Settings, count: int) -> None:
     finally:
         if keep_warm is not None:
             await keep_warm.stop()
+        if probe is not None:
+            await probe.stop()
         await workers.stop(settings.shutdown_grace_seconds)
         await services.close()
         log.info("workers stopped")
@@ -236,6 +269,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         workers.start()
         start_residency(services)
         keep_warm = start_keep_warm(services)
+        probe = start_replica_probe(services)
         # FastAPI prepares each included route's request handling (pydantic schemas) on
         # its first match: 30-50 ms of CPU that stalled every request in flight then.
         # Building the OpenAPI schema prepares them all, now.
@@ -248,7 +282,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info(
             "started",
             database=services.db.dialect,
-            upstream=settings.upstream_base_url,
+            upstream=list(settings.upstream_replicas) or settings.upstream_base_url,
             single_tenant=settings.single_tenant,
             background_workers=settings.background_workers,
         )
@@ -260,6 +294,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             grace = settings.shutdown_grace_seconds
             if keep_warm is not None:
                 await keep_warm.stop()
+            if probe is not None:
+                await probe.stop()
             await asyncio.gather(workers.stop(grace), services.drain(grace))
             await services.close()
             # One of several `serve` workers: its in-flight gauges leave the server's sums.

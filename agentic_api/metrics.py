@@ -373,7 +373,7 @@ KV_COVERAGE_RESETS = Counter(
     "agentic_kv_coverage_resets_total",
     "Times a replica's residency was dropped whole: cleared (AllBlocksCleared), restart "
     "(sequence went backwards), gap (events were lost), malformed (an unreadable batch), "
-    "disconnected (the publisher went away).",
+    "disconnected (the publisher went away), ejected (placement ejected the replica).",
     ["replica", "reason"],
 )
 # Every worker subscribes to the same replicas and builds the same map from the same events,
@@ -438,6 +438,29 @@ KEEP_WARM_SKIPPED = Counter(
     "Re-warms not sent, by bound: tenant_budget, budget, pressure (once per pause), ttl "
     "(a paused session forgotten).",
     ["reason"],
+)
+# -- placement (cache/placement.py): which named replica each upstream round went to ----------
+
+PLACEMENTS = Counter(
+    "agentic_placements_total",
+    "Upstream rounds placed on a named replica (AGENTIC_UPSTREAM_REPLICAS), by replica and "
+    "reason: resident_prefix (it held the longest leading prefix), home (nothing resident: "
+    "the replica that served the previous round, else the session's hashed home), "
+    "spill_load (the first choice was saturated), failover (the first failed before any "
+    "byte reached the client).",
+    ["replica", "reason"],
+)
+PLACEMENT_RESIDENT_TOKENS = Counter(
+    "agentic_placement_resident_tokens_total",
+    "Leading prompt tokens the chosen replica held when a round was placed on it (what the "
+    "placement won, as the KV events said).",
+    ["replica"],
+)
+REPLICA_EJECTIONS = Counter(
+    "agentic_replica_ejections_total",
+    "Times a named replica was ejected for a back-off (its residency dropped), by cause: "
+    "refused (a round could not connect), health (its /health failed).",
+    ["replica", "cause"],
 )
 KV_IDLE_BEFORE_EVICTED_RESUME = Histogram(
     "agentic_kv_idle_before_evicted_resume_seconds",

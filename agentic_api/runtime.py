@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentic_api.cache.keep_warm import KeepWarm
+from agentic_api.cache.placement_book import PlacementBook
 from agentic_api.cache.recent import RecentArtifacts
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
@@ -58,6 +59,10 @@ class Services:
     kv_events: KvEventSubscriber | None = None
     # Paused sessions kept warm (None unless AGENTIC_KEEP_WARM_ENABLED).
     keep_warm: KeepWarm | None = None
+    # Named replicas the gateway places each round on (AGENTIC_UPSTREAM_REPLICAS; empty:
+    # every round goes to ``upstream``) and placement's memory (None without them).
+    replicas: dict[str, UpstreamClient] = field(default_factory=dict)
+    placement: PlacementBook | None = None
     # Per model, the sampling values the upstream applied where a client left them open
     # (its defaults), learned from its answers: a stream then opens as soon as the
     # upstream accepts, its snapshots already carrying them (turns/runner/relay.py).
@@ -89,4 +94,7 @@ class Services:
             await asyncio.to_thread(self.kv_events.stop)
         await self.tokens.aclose()
         await self.upstream.aclose()
+        for client in self.replicas.values():
+            if client is not self.upstream:
+                await client.aclose()
         await self.db.close()

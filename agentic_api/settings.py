@@ -57,6 +57,13 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8000",
         description="Base URL of the vLLM server or llm-d router (with or without a /v1 suffix).",
     )
+    upstream_replicas: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="Named vLLM replicas the gateway places each upstream round on itself "
+        "(docs/placement.md), as `name=url` pairs separated by commas (or a JSON object); the "
+        "names are the ones in kv_events_endpoints and the replicas' /metrics. Empty: every "
+        "round goes to upstream_base_url (one vLLM, or a router that places them).",
+    )
     upstream_api_key: SecretStr | None = Field(
         None, description="Bearer token sent to the upstream, if it requires one."
     )
@@ -342,6 +349,47 @@ class Settings(BaseSettings):
         "that share is not re-warmed (re-warming it would evict one ranked before it). "
         "Applied where keep_warm_replica_metrics names the replica.",
     )
+    placement_max_waiting: float = Field(
+        2,
+        ge=0,
+        description="With upstream_replicas: requests waiting on a replica (its /metrics) "
+        "above which it is saturated and a round spills to a less loaded one.",
+    )
+    placement_max_kv_usage: float = Field(
+        0.95,
+        ge=0,
+        le=1,
+        description="With upstream_replicas: share of a replica's KV cache held by running "
+        "requests above which it is saturated.",
+    )
+    placement_spill_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="With upstream_replicas: a saturated replica's round spills first to the "
+        "least loaded unsaturated replica holding at least this share of the best resident "
+        "prefix; with none, to the least loaded replica of all.",
+    )
+    placement_probe_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="With upstream_replicas: how often each replica's /health and /metrics "
+        "are read (its load for the placement; a failed health check ejects it).",
+    )
+    placement_eject_seconds: float = Field(
+        5.0,
+        gt=0,
+        description="With upstream_replicas: how long a replica that refused a connection or "
+        "failed its health check gets no rounds (doubled for each failure in a row, up to 8 "
+        "times this); its residency is dropped.",
+    )
+    placement_event_lag_seconds: float = Field(
+        2.0,
+        ge=0,
+        description="With upstream_replicas: for this long after a round ended, the replica "
+        "that served it is presumed to hold its prompt and output until its KV events say "
+        "so (they arrive a little after the answer).",
+    )
     metrics_enabled: bool = Field(
         True,
         description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "
@@ -396,7 +444,9 @@ class Settings(BaseSettings):
             return [part.strip() for part in text.split(",") if part.strip()]
         return value
 
-    @field_validator("kv_events_endpoints", "keep_warm_replica_metrics", mode="before")
+    @field_validator(
+        "kv_events_endpoints", "keep_warm_replica_metrics", "upstream_replicas", mode="before"
+    )
     @classmethod
     def _split_endpoints(cls, value: object) -> object:
         # One env var: a JSON object, or name=endpoint pairs separated by commas.
@@ -412,6 +462,14 @@ class Settings(BaseSettings):
                 pairs[name.strip()] = endpoint.strip()
             return pairs
         return value
+
+    @field_validator("upstream_replicas")
+    @classmethod
+    def _replica_urls(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, url in value.items():
+            if not name or not url.startswith(("http://", "https://")):
+                raise ValueError(f"expected name=http(s)://host:port, got {name}={url}")
+        return {name: url.rstrip("/").removesuffix("/v1") for name, url in value.items()}
 
     @field_validator("mcp_allowed_hosts")
     @classmethod
@@ -461,6 +519,14 @@ class Settings(BaseSettings):
             raise ConfigError(
                 "AGENTIC_KEEP_WARM_ENABLED needs AGENTIC_KV_EVENTS_ENDPOINTS (the replicas' "
                 "KV events are what show a paused session's prefix evicted)"
+            )
+        replicas, followed = set(self.upstream_replicas), set(self.kv_events_endpoints)
+        if replicas and followed and replicas != followed:
+            # A replica's residency is found by its name: a name in one list only would
+            # place rounds on residency nobody reports, or report residency nobody uses.
+            raise ConfigError(
+                "AGENTIC_UPSTREAM_REPLICAS and AGENTIC_KV_EVENTS_ENDPOINTS must name the same "
+                f"replicas (got {sorted(replicas)} and {sorted(followed)})"
             )
 
     def load_server_secret(self) -> bytes:

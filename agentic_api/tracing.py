@@ -207,6 +207,23 @@ def record_turn(target: Span, *, session_id: str | None) -> None:
         )
 
 
+def record_placement(
+    target: Span, *, replica: str, reason: str, resident: Mapping[str, int]
+) -> None:
+    """Where the gateway placed an upstream round (``cache/placement.py``): the replica,
+    why, and the leading prompt tokens each candidate held."""
+    if not target.is_recording():
+        return
+    attributes: dict[str, Any] = {
+        "agentic.placement.replica": replica,
+        "agentic.placement.reason": reason,
+        "agentic.placement.resident_tokens": resident.get(replica, 0),
+    }
+    for name, tokens in resident.items():
+        attributes[f"agentic.placement.resident.{name}"] = tokens
+    target.set_attributes(_clean(attributes))
+
+
 def record_token_account(
     target: Span,
     *,

@@ -3,7 +3,8 @@ generated for the client, nothing stored.
 
 The request is the real turn's (``turns/prepare/prewarm_request.py``: same rendered
 prompt, salt, session fields and headers, one output token, one JSON answer), sent
-through the same upstream client, so the router places it where the real turn will go
+through the same upstream client, so the router (or, with named replicas, the gateway's
+own placement, ``turns/runner/placing.py``) places it where the real turn will go
 and vLLM caches its prompt's full blocks there. What the model generated is discarded.
 
 A prewarm leaves no trace in storage (no response row, no items, no conversation change,
@@ -26,6 +27,7 @@ from agentic_api import tracing
 from agentic_api.errors import InvalidRequest, UpstreamError
 from agentic_api.runtime import Services
 from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.runner.placing import placed_call
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.turns.runner.round import invalid_answer
 from agentic_api.wire.events import CREATED, snapshot_event, terminal_event
@@ -69,8 +71,12 @@ async def run_prewarm(services: Services, turn: PreparedTurn) -> Prewarmed:
     with tracing.span(f"chat {model}", kind=SpanKind.CLIENT) as traced:
         tracing.record_request(traced, model, turn.request.conversation_id)
         tracing.record_input(traced, turn.body)
-        answer = await services.upstream.create_response(
-            turn.body, tracing.with_traceparent(turn.headers)
+        headers = tracing.with_traceparent(turn.headers)
+        answer = await placed_call(
+            services,
+            turn,
+            "prewarm",
+            lambda upstream: upstream.create_response(turn.body, headers),
         )
         tracing.record_response(traced, answer)
     problem = final_problem(answer)

@@ -68,6 +68,9 @@ class _Feed:
 
     last_seq: int | None = None
     connected: bool = False
+    # When its last batch was applied: placement trusts a replica's residency for a round
+    # only once a batch arrived after that round ended.
+    applied_at: float | None = None
 
 
 class ResidencyTracker:
@@ -106,6 +109,12 @@ class ResidencyTracker:
         with self._lock:
             return self._feeds[replica].last_seq
 
+    def last_applied(self, replica: str) -> float | None:
+        """When the replica's last event batch was applied (None: never)."""
+        with self._lock:
+            feed = self._feeds.get(replica)
+            return None if feed is None else feed.applied_at
+
     def now(self) -> float:
         return self._clock()
 
@@ -121,14 +130,17 @@ class ResidencyTracker:
                 self._reset(target, now, "restart" if batch.seq <= last else "gap")
             feed.last_seq = batch.seq
             feed.connected = True
+            feed.applied_at = now
             self._apply_events(target, batch, now)
         metrics.KV_EVENT_BATCHES.labels(replica).inc()
         metrics.KV_RESIDENT_TOKENS.labels(replica).set(target.resident_tokens)
         metrics.KV_TRACKED_SESSIONS.labels(replica).set(len(target.sessions))
 
     def lost(self, replica: str, reason: str, now: float | None = None) -> None:
-        """What the replica said may be incomplete (``malformed``) or its publisher went
-        away (``disconnected``): drop its residency, and accept any sequence next."""
+        """What the replica said may be incomplete (``malformed``), its publisher went
+        away (``disconnected``) or placement ejected it (``ejected``: it refused
+        connections or failed its health check, so it may be restarting with an empty
+        cache): drop its residency, and accept any sequence next."""
         now = self.now() if now is None else now
         with self._lock:
             target = self._replicas[replica]

@@ -35,6 +35,7 @@ from agentic_api.turns.prepare.summary_request import COMPACTION_TRIGGER, summar
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.runner.finish import Completion, Ending
 from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.placing import placed_call
 from agentic_api.turns.runner.round import upstream_round
 from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.requests import CreateResponseRequest
@@ -167,7 +168,12 @@ async def compact(
     given = request.input if isinstance(request.input, list) else _as_items(request.input)
     asked = request.model_copy(update={"input": [*given, trigger], "store": False})
     turn = await prepare_turn(services, caller, asked)
-    answer = await services.upstream.create_response(turn.body, turn.headers)
+    answer = await placed_call(
+        services,
+        turn,
+        "compact",
+        lambda upstream: upstream.create_response(turn.body, turn.headers),
+    )
     summary = summary_text(answer)
     if not summary:
         raise UpstreamError("The model returned no summary to compact the history with.")

@@ -27,6 +27,7 @@ from agentic_api.log import get_logger
 from agentic_api.runtime import Services
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.turn import prepare_turn
+from agentic_api.turns.runner.placing import placed_call
 from agentic_api.wire.requests import CreateResponseRequest
 
 log = get_logger("agentic_api.turns.input_tokens")
@@ -52,7 +53,13 @@ async def count_input_tokens(
             # Render refused (turned off since start-up?): count the way that always works.
             log.warning("render endpoint refused a count", code=exc.code, reason=exc.message)
     body["max_output_tokens"] = COUNT_OUTPUT_TOKENS
-    answer = await services.upstream.create_response(orjson.dumps(body), turn.headers)
+    counted = orjson.dumps(body)
+    answer = await placed_call(
+        services,
+        turn,
+        "input_tokens",
+        lambda upstream: upstream.create_response(counted, turn.headers),
+    )
     usage = answer.get("usage")
     count = usage.get("input_tokens") if isinstance(usage, dict) else None
     if isinstance(count, bool) or not isinstance(count, int):

@@ -191,4 +191,13 @@ def reasoning_for_model(item: Item) -> bytes:
 
 
 def upstream_headers(lineage: ResponseLineage) -> dict[str, str]:
-    return lineage.headers()
+    """The lineage headers, and the session again as ``session-id``: the name llm-d's
+    agent-identity plugin reads for per-session fairness (a router in front of the
+    replicas; a vLLM ignores it)."""
+    headers = lineage.headers()
+    headers[SESSION_ID_HEADER] = lineage.session_id
+    return headers
+
+
+# llm-d's agent-identity header (it also reads x-session-affinity, x-claude-code-session-id).
+SESSION_ID_HEADER = "session-id"

@@ -26,6 +26,7 @@ from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.data.token_plan import TokenPlan
 from agentic_api.turns.prepare.render import streams_upstream
 from agentic_api.turns.runner.channel import TurnChannel
+from agentic_api.turns.runner.placing import RoundPlacer
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.wire.items import Item
 from agentic_api.wire.response_object import open_sampling
@@ -64,6 +65,8 @@ class TurnInProgress:
             services.sampling_defaults.setdefault(turn.request.model, {}),
         )
         self.streaming = streams_upstream(turn.request)
+        # Which replica each round goes to (named replicas), and the turn's one failover.
+        self.placer = RoundPlacer(services, turn, "compaction" if turn.compacts else "turn")
         self.meter = TurnMeter(
             model=turn.request.model,
             tenant=turn.caller.tenant_id,

@@ -28,7 +28,9 @@ from opentelemetry.trace import SpanKind
 from agentic_api import tracing
 from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.placing import answered_tokens
 from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.upstream.client import UpstreamClient
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.upstream.sse import SseEvent
 from agentic_api.wire.upstream_answer import EventCheck, final_problem, surely_shallow
@@ -47,19 +49,33 @@ async def upstream_round(
             traced, model, run.turn.request.conversation_id or run.turn.lineage.session_id
         )
         tracing.record_input(traced, body)
-        failure = await _round(run, body, on_event, tracing.with_traceparent(run.turn.headers))
+        headers = tracing.with_traceparent(run.turn.headers)
+        target = await run.placer.target()
+        while True:
+            try:
+                failure = await _round(run, target.client, body, on_event, headers)
+                break
+            except ApiError as exc:
+                # Refused before any byte reached the client: once per turn, the rule's
+                # next-best replica (turns/runner/placing.py).
+                retry = run.placer.after_refusal(target, exc)
+                if retry is None:
+                    raise
+                target = retry
+        if failure is None:
+            run.placer.answered(target, answered_tokens(run.relay.upstream_final))
         tracing.record_response(traced, run.relay.upstream_final)
         return failure
 
 
 async def _round(
     run: TurnInProgress,
+    upstream: UpstreamClient,
     body: bytes,
     on_event: Callable[[dict[str, Any]], None],
     headers: Mapping[str, str],
 ) -> ApiError | None:
     relay = run.relay
-    upstream = run.services.upstream
     failure: ApiError | None = None
     if run.streaming:
         accepted = False

@@ -1,0 +1,184 @@
+"""Placement: which named replica one upstream round goes to (docs/placement.md).
+
+A pure decision over numbers the caller gathered (``turns/runner/placing.py``): per
+replica, how many leading tokens of this round's prompt it holds (the branch's blocks in
+the residency tree), its load (its own ``/metrics``) and whether it is ejected. No I/O,
+no clock, no state: the same candidates always give the same decision, which is what
+lets the keep-warm re-warm and the agent's next turn land on the same replica.
+
+The rule, in order:
+
+1. Only healthy replicas are candidates (all of them when every one is ejected: a
+   back-off is a guess, and trying is better than refusing the turn).
+2. The replica holding the longest resident leading prefix wins (``resident_prefix``);
+   ties go to the replica that served the previous round (its events may lag), then
+   to the session's home.
+3. Nothing resident anywhere: the replica that served the previous round, else the
+   session's *home*, a stable choice by rendezvous hashing of the session key over the
+   healthy replicas (an ejected replica moves only its own sessions) (``home``).
+4. The chosen replica is saturated (more waiting requests or more KV usage than the
+   limits): the least-loaded unsaturated replica among those holding at least
+   ``spill_share`` of the best's resident tokens, else the least-loaded replica of all
+   when it is lighter than the chosen one (``spill_load``).
+
+``failover`` is the same rule's next-best, for a round whose replica failed before any
+byte reached the client (``failover``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Reason = Literal["resident_prefix", "home", "spill_load", "failover"]
+REASONS: tuple[Reason, ...] = ("resident_prefix", "home", "spill_load", "failover")
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """A replica's load as its ``/metrics`` said: requests waiting for the scheduler,
+    and the share (0..1) of its KV cache running requests hold."""
+
+    waiting: float
+    kv_usage: float
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    name: str
+    # Leading tokens of this round's prompt the replica holds (full blocks).
+    resident_tokens: int = 0
+    # None: no reading yet (never saturated, ranked after every known load).
+    load: Load | None = None
+    # False while the replica is ejected (refused connections, failed health).
+    healthy: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """When a replica is saturated, and how far a spill may move from the best prefix."""
+
+    max_waiting: float
+    max_kv_usage: float
+    # A spill target must hold at least this share of the best replica's resident tokens.
+    spill_share: float
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    replica: str
+    reason: Reason
+    # Resident tokens per candidate, in the order the candidates were given.
+    resident: tuple[tuple[str, int], ...]
+    # The rest of the healthy candidates, best first: where a failover goes next.
+    fallbacks: tuple[str, ...]
+    # The session's home among the healthy replicas.
+    home: str
+
+    @property
+    def resident_tokens(self) -> int:
+        """What the chosen replica holds of the prompt (the tokens this decision won)."""
+        return dict(self.resident).get(self.replica, 0)
+
+
+def home_of(session_key: str, names: Sequence[str]) -> str:
+    """The session's stable replica among ``names``: rendezvous hashing (the name with the
+    highest hash of key and name), so removing a replica moves only the sessions it held
+    and a replica coming back takes back the same ones."""
+    if not names:
+        raise ValueError("no replica to place on")
+
+    def weight(name: str) -> bytes:
+        return hashlib.blake2b(f"{session_key}\x00{name}".encode(), digest_size=8).digest()
+
+    return max(names, key=lambda name: (weight(name), name))
+
+
+def saturated(candidate: Candidate, limits: Limits) -> bool:
+    load = candidate.load
+    return load is not None and (
+        load.waiting > limits.max_waiting or load.kv_usage > limits.max_kv_usage
+    )
+
+
+def _load_key(candidate: Candidate) -> tuple[float, float]:
+    load = candidate.load
+    if load is None:
+        return (math.inf, math.inf)
+    return (load.waiting, load.kv_usage)
+
+
+def place(
+    candidates: Sequence[Candidate],
+    session_key: str,
+    limits: Limits,
+    *,
+    previous: str | None = None,
+) -> Decision:
+    """Where this round goes. ``session_key``: the session (a multi-agent tree's root
+    session, so the whole tree shares one home); ``previous``: the replica that served
+    the previous round of this branch (the parent turn, or this turn's last round)."""
+    if not candidates:
+        raise ValueError("no replica to place on")
+    pool = [c for c in candidates if c.healthy] or list(candidates)
+    home = home_of(session_key, [c.name for c in pool])
+    ranked = sorted(
+        pool,
+        key=lambda c: (-c.resident_tokens, c.name != previous, c.name != home, _load_key(c)),
+    )
+    best = ranked[0]
+    chosen = best
+    reason: Reason = "resident_prefix"
+    if best.resident_tokens <= 0:
+        reason = "home"
+        names = {c.name: c for c in pool}
+        chosen = names.get(previous or "", names[home])
+    if saturated(chosen, limits):
+        spilled = _spill(pool, chosen, best.resident_tokens, limits)
+        if spilled is not None:
+            chosen, reason = spilled, "spill_load"
+    return Decision(
+        replica=chosen.name,
+        reason=reason,
+        resident=tuple((c.name, c.resident_tokens) for c in candidates),
+        fallbacks=tuple(c.name for c in ranked if c is not chosen),
+        home=home,
+    )
+
+
+def _spill(
+    pool: Sequence[Candidate], chosen: Candidate, best: int, limits: Limits
+) -> Candidate | None:
+    near = [
+        c
+        for c in pool
+        if c is not chosen
+        and c.resident_tokens >= best * limits.spill_share
+        and not saturated(c, limits)
+    ]
+    if near:
+        return min(near, key=lambda c: (_load_key(c), -c.resident_tokens))
+    lightest = min(pool, key=_load_key)
+    if lightest is not chosen and _load_key(lightest) < _load_key(chosen):
+        return lightest
+    return None
+
+
+def failover(decision: Decision, failed: str, ejected: frozenset[str] = frozenset()) -> Decision:
+    """The next-best replica after ``failed`` (skipping ejected ones when another is
+    left); a decision with reason ``failover``. Raises ``LookupError`` when none is left."""
+    left = [name for name in decision.fallbacks if name != failed]
+    usable = [name for name in left if name not in ejected] or left
+    if not usable:
+        raise LookupError("no other replica to fail over to")
+    chosen = usable[0]
+    return Decision(
+        replica=chosen,
+        reason="failover",
+        resident=decision.resident,
+        fallbacks=tuple(name for name in left if name != chosen),
+        home=decision.home,
+    )

@@ -1,0 +1,283 @@
+"""Which replica each of a turn's upstream rounds is sent to, with named replicas
+(``AGENTIC_UPSTREAM_REPLICAS``; docs/placement.md). Gathers what the rule needs — each
+replica's resident share of the branch's prefix (the residency tree, read with the
+parent's own prompt + output token ids), its load and health (the placement book, kept by
+``serving/replica_probe.py``), the replica that served the previous round — hands it to
+the pure rule (``cache/placement.py``), records the decision (timeline, metrics, the
+round's span) and gives the round the client to send with. The client sends; it never
+decides.
+
+A round refused before any byte reached the client (connection refused, a 5xx or a
+timeout before the answer began) is placed once more, on the rule's next-best replica
+(``failover``); at most once per turn, so one Idempotency-Key never runs on three
+replicas. A refused connection also ejects the replica for a back-off and drops its
+residency. With one upstream URL (a router, one vLLM) nothing here changes the round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentic_api import tracing
+from agentic_api.cache.placement import Candidate, Decision, Limits, failover, place
+from agentic_api.cache.placement_book import Placement, PlacementBook, Served
+from agentic_api.cache.recent import TokenArtifact
+from agentic_api.errors import ApiError
+from agentic_api.log import get_logger
+from agentic_api.runtime import Services
+from agentic_api.turns.data.prepared import PreparedTurn
+from agentic_api.turns.runner.tokens import stored_tokens
+from agentic_api.upstream.client import UpstreamClient
+from agentic_api.upstream.errors import UpstreamInterrupted
+
+log = get_logger("agentic_api.turns.runner.placing")
+
+# Refusals that mean the replica itself is gone (not this request's fault): eject it.
+_UNREACHABLE = frozenset({"upstream_unreachable", "upstream_connection_error"})
+# A refusal another replica would repeat: the request's own fault, or our credentials.
+_NOT_RETRIED = frozenset({"upstream_authentication_failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a round goes: the client to send with, and why (None: one upstream URL)."""
+
+    client: UpstreamClient
+    decision: Decision | None = None
+
+    @property
+    def replica(self) -> str | None:
+        return None if self.decision is None else self.decision.replica
+
+
+def placement_key(turn: PreparedTurn) -> str:
+    """The key a session's home is hashed from: its session id. A multi-agent tree's
+    subagents are branches of the root's session, so they share its home; a tree whose
+    members get sessions of their own should hand the root's session id here."""
+    return turn.lineage.session_id
+
+
+class RoundPlacer:
+    """One turn's (or prewarm's, compaction's) placement, round after round."""
+
+    def __init__(self, services: Services, turn: PreparedTurn, purpose: str = "turn") -> None:
+        self.services = services
+        self.turn = turn
+        self.purpose = purpose
+        self.rounds = 0
+        self.failed_over = False
+        # The replica that answered this turn's previous round, and when.
+        self._last: Served | None = None
+        self._branch: Sequence[int] | None = None
+        self._branch_read = False
+
+    @property
+    def book(self) -> PlacementBook | None:
+        return self.services.placement
+
+    async def target(self) -> Target:
+        """Where the next round goes."""
+        book = self.book
+        if book is None:
+            return Target(self.services.upstream)
+        candidates = await self._candidates(book)
+        previous = self._previous()
+        decision = place(
+            candidates,
+            placement_key(self.turn),
+            self._limits(),
+            previous=None if previous is None else previous.replica,
+        )
+        return self._chosen(book, decision)
+
+    def after_refusal(self, target: Target, error: ApiError) -> Target | None:
+        """``target``'s round was refused before any byte reached the client: eject its
+        replica where it could not be reached, and the next-best target when this turn
+        has not failed over yet (None: raise the refusal)."""
+        book, decision = self.book, target.decision
+        if book is None or decision is None:
+            return None
+        if error.code in _UNREACHABLE:
+            seconds = book.eject(decision.replica, "refused")
+            log.warning(
+                "replica ejected", replica=decision.replica, cause="refused", seconds=seconds
+            )
+        if (
+            self.failed_over
+            or isinstance(error, UpstreamInterrupted)  # it reached the model: never twice
+            or error.status_code < 500
+            or error.code in _NOT_RETRIED
+        ):
+            return None
+        try:
+            retried = failover(decision, decision.replica, book.ejected())
+        except LookupError:
+            return None
+        self.failed_over = True
+        log.info(
+            "round failed over",
+            failed=decision.replica,
+            replica=retried.replica,
+            error=error.code,
+            response_id=self.turn.response_id,
+        )
+        return self._chosen(book, retried, counted=False)
+
+    def answered(self, target: Target, tokens: int | None) -> None:
+        """The round on ``target`` was answered (``tokens``: its prompt + output, when the
+        answer said): the next round, and the turn continuing this one, start there."""
+        book, replica = self.book, target.replica
+        if book is None or replica is None:
+            return
+        key = self._shown_id()
+        book.served(key, replica, tokens)
+        self._last = book.served_by(key)
+
+    # -- what the rule is given ---------------------------------------------------------
+
+    def _previous(self) -> Served | None:
+        if self._last is not None:
+            return self._last
+        parent = self.turn.parent
+        book = self.book
+        if parent is None or book is None:
+            return None
+        return book.served_by(parent.id)
+
+    def _limits(self) -> Limits:
+        settings = self.services.settings
+        return Limits(
+            max_waiting=settings.placement_max_waiting,
+            max_kv_usage=settings.placement_max_kv_usage,
+            spill_share=settings.placement_spill_share,
+        )
+
+    async def _candidates(self, book: PlacementBook) -> list[Candidate]:
+        resident = await self._resident()
+        ejected = book.ejected()
+        previous = self._previous()
+        presumed = self._presumed(previous)
+        return [
+            Candidate(
+                name=name,
+                resident_tokens=max(
+                    resident.get(name, 0),
+                    presumed if previous is not None and previous.replica == name else 0,
+                ),
+                load=book.load(name),
+                healthy=name not in ejected,
+            )
+            for name in book.replicas
+        ]
+
+    async def _resident(self) -> dict[str, int]:
+        """Leading tokens of the branch (the parent's prompt + output) each replica
+        holds, from the residency tree; without the parent's ids, the session's tally."""
+        residency = self.services.residency
+        if residency is None:
+            return {}
+        branch = await self._branch_tokens()
+        salt = self.turn.caller.cache_salt
+        if branch is not None:
+            return {view.replica: view.resident_tokens for view in residency.prefix(branch, salt)}
+        if self.turn.parent is None:
+            return {}
+        return {
+            view.replica: view.resident_tokens
+            for view in residency.session(self.turn.lineage.session_id)
+        }
+
+    async def _branch_tokens(self) -> Sequence[int] | None:
+        if not self._branch_read:
+            self._branch_read = True
+            parent = self.turn.parent
+            if parent is not None:
+                found = await stored_tokens(self.services, self.turn.caller.tenant_id, parent)
+                if isinstance(found, TokenArtifact):
+                    self._branch = found.prompt + found.output
+        return self._branch
+
+    def _presumed(self, previous: Served | None) -> int:
+        """What the replica that served the previous round is presumed to hold while its
+        KV events about that round have not arrived (for ``placement_event_lag_seconds``
+        at most): that round's prompt + output."""
+        book = self.book
+        if previous is None or book is None or previous.tokens is None:
+            return 0
+        if book.now() - previous.finished_at > self.services.settings.placement_event_lag_seconds:
+            return 0
+        residency = self.services.residency
+        if residency is not None and previous.replica in residency.replica_names:
+            applied = residency.last_applied(previous.replica)
+            if applied is not None and applied >= previous.finished_at:
+                return 0  # its events since say what it holds
+        if previous.replica in book.ejected():
+            return 0
+        return previous.tokens
+
+    def _shown_id(self) -> str:
+        """The response a decision is shown with: the turn's own; a prewarm (a client's,
+        or keep-warm's) warms the turn that continues its parent, so the parent's (where
+        the timeline looks, and where the next turn finds who served its prefix last)."""
+        turn = self.turn
+        if self.purpose == "prewarm" and turn.parent is not None:
+            return turn.parent.id
+        return turn.response_id
+
+    def _chosen(self, book: PlacementBook, decision: Decision, counted: bool = True) -> Target:
+        turn = self.turn
+        book.record(
+            Placement(
+                session_id=turn.lineage.session_id,
+                response_id=self._shown_id(),
+                round=self.rounds if counted else self.rounds - 1,
+                purpose=self.purpose,
+                at=book.now(),
+                decision=decision,
+            )
+        )
+        if counted:
+            self.rounds += 1
+        tracing.record_placement(
+            tracing.current(),
+            replica=decision.replica,
+            reason=decision.reason,
+            resident=dict(decision.resident),
+        )
+        return Target(self.services.replicas[decision.replica], decision)
+
+
+async def placed_call(
+    services: Services,
+    turn: PreparedTurn,
+    purpose: str,
+    send: Callable[[UpstreamClient], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """One JSON round outside a running turn (a prewarm, ``/v1/responses/compact``):
+    placed like a turn's round, failed over once when refused, its answer returned."""
+    placer = RoundPlacer(services, turn, purpose)
+    target = await placer.target()
+    while True:
+        try:
+            answer = await send(target.client)
+        except ApiError as exc:
+            retry = placer.after_refusal(target, exc)
+            if retry is None:
+                raise
+            target = retry
+            continue
+        placer.answered(target, answered_tokens(answer))
+        return answer
+
+
+def answered_tokens(final: Mapping[str, Any] | None) -> int | None:
+    """A round's prompt + output tokens, as its answer's usage says (None: it does not)."""
+    usage = None if final is None else final.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+    prompt, output = usage.get("input_tokens"), usage.get("output_tokens")
+    if type(prompt) is not int or type(output) is not int:
+        return None
+    return prompt + output
