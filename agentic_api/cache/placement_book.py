@@ -14,6 +14,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from agentic_api import metrics
 from agentic_api.cache.placement import Decision, Load
@@ -21,6 +22,9 @@ from agentic_api.cache.residency.tracker import ResidencyTracker
 
 # Consecutive failures double the back-off up to this many times the base.
 MAX_BACKOFF_FACTOR = 8
+# What a placed round was: a turn's round, a compacting turn's summary, a prewarm (a
+# client's or keep-warm's), /v1/responses/compact, /v1/responses/input_tokens.
+Purpose = Literal["turn", "compaction", "prewarm", "compact", "input_tokens"]
 # Decisions kept per session (the timeline shows those of the turns it lists).
 DECISIONS_KEPT = 64
 
@@ -49,8 +53,7 @@ class Placement:
     response_id: str
     # 0 for a turn's first round; the tool loop's later rounds count up.
     round: int
-    # What the round was: turn, prewarm (a client's or keep-warm's), compact, input_tokens.
-    purpose: str
+    purpose: Purpose
     at: float
     decision: Decision
 

@@ -9,6 +9,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, Field, field_validator
 
 from agentic_api.wire.keep_warm import AdminRewarm
+from agentic_api.wire.placement import AdminPlacement
 from agentic_api.wire.residency import TurnResidency
 from agentic_api.wire.storable import NUL
 from agentic_api.wire.token_account import TokenAccountView
@@ -181,6 +182,12 @@ class AdminTurn(BaseModel):
         default_factory=list,
         description="Keep-warm re-warms of this turn's continuation while its agent was "
         "paused after it (AGENTIC_KEEP_WARM_ENABLED; kept in the serving process).",
+    )
+    placements: list[AdminPlacement] = Field(
+        default_factory=list,
+        description="Where the gateway placed each upstream round of this turn, and of the "
+        "prewarms of its continuation (AGENTIC_UPSTREAM_REPLICAS; kept in the serving "
+        "process): the replica, the reason and each candidate's resident tokens.",
     )
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from agentic_api.errors import InvalidRequest, NotFound
 from agentic_api.runtime import Services
 from agentic_api.serving.admin.keep_warm import annotate_rewarms
+from agentic_api.serving.admin.placement import annotate_placements
 from agentic_api.serving.admin.residency import annotate_timeline
 from agentic_api.serving.admin.tenants import require_tenant
 from agentic_api.serving.admin.timeline import present_timeline
@@ -79,6 +80,7 @@ async def timeline(
     shown = present_timeline(rows, before)
     annotate_timeline(shown, rows, before, services.residency)
     annotate_rewarms(shown, services.keep_warm)
+    annotate_placements(shown, services.placement)
     return list_page(shown, more, lambda t: t.id)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from agentic_api.errors import NotFound
 from agentic_api.runtime import Services
 from agentic_api.serving.admin.keep_warm import annotate_rewarms
+from agentic_api.serving.admin.placement import annotate_placements
 from agentic_api.serving.admin.timeline import present_chain, present_tree
 from agentic_api.serving.admin.token_account import account_view
 from agentic_api.storage.admin import AdminRepository
@@ -31,6 +32,7 @@ async def response_lineage(services: Services, response_id: str) -> AdminLineage
     shown = descendants[:MAX_DESCENDANTS]
     ancestors = present_chain(chain)
     annotate_rewarms(ancestors, services.keep_warm)
+    annotate_placements(ancestors, services.placement)
     return AdminLineage(
         response_id=response_id,
         tenant_id=chain[-1].tenant_id,

@@ -22,7 +22,7 @@ from typing import Any
 
 from agentic_api import tracing
 from agentic_api.cache.placement import Candidate, Decision, Limits, failover, place
-from agentic_api.cache.placement_book import Placement, PlacementBook, Served
+from agentic_api.cache.placement_book import Placement, PlacementBook, Purpose, Served
 from agentic_api.cache.recent import TokenArtifact
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
@@ -62,7 +62,7 @@ def placement_key(turn: PreparedTurn) -> str:
 class RoundPlacer:
     """One turn's (or prewarm's, compaction's) placement, round after round."""
 
-    def __init__(self, services: Services, turn: PreparedTurn, purpose: str = "turn") -> None:
+    def __init__(self, services: Services, turn: PreparedTurn, purpose: Purpose = "turn") -> None:
         self.services = services
         self.turn = turn
         self.purpose = purpose
@@ -252,7 +252,7 @@ class RoundPlacer:
 async def placed_call(
     services: Services,
     turn: PreparedTurn,
-    purpose: str,
+    purpose: Purpose,
     send: Callable[[UpstreamClient], Awaitable[dict[str, Any]]],
 ) -> dict[str, Any]:
     """One JSON round outside a running turn (a prewarm, ``/v1/responses/compact``):
