@@ -68,6 +68,18 @@ class Services:
     # upstream accepts, its snapshots already carrying them (turns/runner/relay.py).
     sampling_defaults: dict[str, dict[str, float]] = field(default_factory=dict)
 
+    def upstream_now(self) -> UpstreamClient:
+        """The client for what is not a placed round (the model listing, the Anthropic
+        Messages API, render, detokenize): the one upstream URL, or with named replicas
+        the first one not ejected."""
+        if self.placement is None:
+            return self.upstream
+        ejected = self.placement.ejected()
+        for name, client in self.replicas.items():
+            if name not in ejected:
+                return client
+        return self.upstream
+
     def spawn(self, work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.create_task(work)
         self.tasks.add(task)

@@ -65,7 +65,7 @@ class MessageStream:
         outcome = MessageOutcome()
         opened = settled = errored = False
         try:
-            async with self._services.upstream.stream_message(turn.body, turn.headers) as up:
+            async with self._services.upstream_now().stream_message(turn.body, turn.headers) as up:
                 opened = True
                 self._queue.put_nowait(_OPENED)
                 try:

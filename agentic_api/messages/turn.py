@@ -75,7 +75,7 @@ async def create_message(services: Services, turn: PreparedMessage) -> bytes:
     meter = turn.meter(streaming=False)
     try:
         try:
-            raw, answer = await services.upstream.create_message(turn.body, turn.headers)
+            raw, answer = await services.upstream_now().create_message(turn.body, turn.headers)
         except UpstreamInterrupted:
             # The request reached the model and its answer was lost: a failed turn.
             meter.upstream_done()
@@ -93,7 +93,7 @@ async def create_message(services: Services, turn: PreparedMessage) -> bytes:
 async def count_message_tokens(services: Services, turn: PreparedMessage) -> bytes:
     """The upstream's exact count of the request's input tokens (its own tokenizer and
     chat template), relayed as it came; nothing is generated or stored."""
-    raw, answer = await services.upstream.count_message_tokens(turn.body, turn.headers)
+    raw, answer = await services.upstream_now().count_message_tokens(turn.body, turn.headers)
     count = answer.get("input_tokens")
     if isinstance(count, bool) or not isinstance(count, int):
         raise UpstreamError("The model server did not report the request's input tokens.")

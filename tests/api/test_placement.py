@@ -23,8 +23,11 @@ import pytest
 from openai import OpenAI
 from openai.types.conversations import Conversation
 from openai.types.responses import Response
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
 
+from agentic_api import tracing
 from agentic_api.cache.placement import home_of
 from tests.conftest import RunningServer, app_server
 from tests.support.tenants import create_admin_key, create_tenant
@@ -343,3 +346,103 @@ def test_one_upstream_url_is_used_as_before(
         recorded = sim.last("/v1/responses")
         assert recorded.headers["x-session-id"] == conversation.id
         assert recorded.headers["session-id"] == conversation.id
+
+
+def test_a_replica_failing_health_is_ejected_by_the_probe(
+    backend: str, fresh_db: str, tmp_path: Path
+) -> None:
+    """The probe finds the replica gone before any round does: it is ejected (its
+    residency dropped), rounds go to the other without a failover, and the gateway stays
+    ready and lists models through the replica left."""
+    stamp = time.monotonic_ns()
+    names = [f"h0-{stamp}", f"h1-{stamp}"]
+    with (
+        kv_sims(2, f"ph-{backend}") as (gone, alive),
+        placing_server(backend, fresh_db, [gone, alive], names, tmp_path) as server,
+        admin_client(server) as admin,
+    ):
+        tenant = create_tenant(server.db_url)
+        client = server.client(tenant, timeout=20)
+        conversation = homed_conversation(client, names, names[0])
+        gone.stop()
+        eventually(
+            lambda: (
+                metric("agentic_replica_ejections_total", replica=names[0], cause="health") >= 1
+            ),
+            "the probe's ejection",
+        )
+        turn(client, conversation, "hello")
+        assert served(alive, conversation.id) == 1
+        [decision] = placements(admin, tenant.id, conversation)
+        assert (decision["replica"], decision["reason"]) == (names[1], "home")
+        assert decision["home"] == names[1]
+        assert metric("agentic_placements_total", replica=names[1], reason="failover") == 0
+        ready = httpx.get(f"{server.url}/ready", timeout=10)
+        assert ready.status_code == 200, ready.text
+        assert [m.id for m in client.models.list().data] == ["sim-model"]
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    tracing.install(SimpleSpanProcessor(exporter))
+    yield exporter
+    tracing.uninstall()
+
+
+def test_the_turns_trace_says_where_each_round_went(
+    backend: str,
+    fresh_db: str,
+    sims: list[SimServer],
+    names: list[str],
+    tmp_path: Path,
+    spans: InMemorySpanExporter,
+) -> None:
+    with placing_server(backend, fresh_db, sims, names, tmp_path) as server:
+        client = server.client(create_tenant(server.db_url), timeout=20)
+        conversation = homed_conversation(client, names, names[1])
+        turn(client, conversation, words("task", 60))
+        time.sleep(0.5)  # the first turn's KV events
+        turn(client, conversation, "and then?")
+    rounds = [s for s in spans.get_finished_spans() if s.name == "chat sim-model"]
+    seen = [
+        (
+            (s.attributes or {}).get("agentic.placement.replica"),
+            (s.attributes or {}).get("agentic.placement.reason"),
+        )
+        for s in rounds
+    ]
+    assert seen == [(names[1], "home"), (names[1], "resident_prefix")]
+    last = rounds[-1].attributes or {}
+    resident = last.get("agentic.placement.resident_tokens")
+    assert isinstance(resident, int) and resident > 0
+    assert last.get(f"agentic.placement.resident.{names[1]}") == resident
+    assert last.get(f"agentic.placement.resident.{names[0]}") == 0
+
+
+def test_a_prewarm_goes_where_the_next_turn_will_and_shows_with_its_parent(
+    backend: str, fresh_db: str, sims: list[SimServer], names: list[str], tmp_path: Path
+) -> None:
+    """A prewarm (a client's; keep-warm's re-warms take the same path) is placed by the
+    same rule as the turn it warms, and the turn then finds it resident there."""
+    with (
+        placing_server(backend, fresh_db, sims, names, tmp_path) as server,
+        admin_client(server) as admin,
+    ):
+        tenant = create_tenant(server.db_url)
+        client = server.client(tenant, timeout=20)
+        conversation = homed_conversation(client, names, names[1])
+        first = turn(client, conversation, words("task", 60))
+        warmed: Any = {"prewarm": True}
+        turn(client, conversation, "next?", prompt_cache_options=warmed)
+        after = turn(client, conversation, "next?")
+        assert served(sims[1], conversation.id) == 3
+        assert served(sims[0], conversation.id) == 0
+        assert after.usage is not None and after.usage.input_tokens_details.cached_tokens > 0
+        page = admin.get(f"/tenants/{tenant.id}/conversations/{conversation.id}/timeline")
+        shown = {t["id"]: t["placements"] for t in page.json()["data"]}
+        assert [(p["purpose"], p["replica"]) for p in shown[first.id]] == [
+            ("turn", names[1]),
+            ("prewarm", names[1]),
+        ]
+        assert [(p["purpose"], p["replica"]) for p in shown[after.id]] == [("turn", names[1])]

@@ -16,12 +16,12 @@ Tenant = Annotated[TenantContext, Depends(require_tenant)]
 
 @router.get("/v1/models")
 async def list_models(request: Request, _tenant: Tenant) -> dict[str, Any]:
-    return await services_of(request).upstream.models()
+    return await services_of(request).upstream_now().models()
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request, _tenant: Tenant) -> dict[str, Any]:
-    listing = await services_of(request).upstream.models()
+    listing = await services_of(request).upstream_now().models()
     for model in listing.get("data", []):
         if isinstance(model, dict) and model.get("id") == model_id:
             return model

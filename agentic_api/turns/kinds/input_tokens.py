@@ -44,7 +44,8 @@ async def count_input_tokens(
     capabilities = services.tokens.get(request.model)
     if capabilities is not None and capabilities.render:
         try:
-            return len(await services.upstream.render_response(orjson.dumps(body), turn.headers))
+            rendered = services.upstream_now().render_response(orjson.dumps(body), turn.headers)
+            return len(await rendered)
         except ApiError as exc:
             # vLLM answers 403 for render when --enable-scale-out is off; our credentials,
             # if really refused, fail the count below the same way.

@@ -59,7 +59,7 @@ async def context_size(services: Services, turn: PreparedTurn) -> ContextSize:
         for key in TOKEN_IDS_FIELD:
             body.pop(key, None)
         try:
-            ids = await services.upstream.render_response(orjson.dumps(body), turn.headers)
+            ids = await services.upstream_now().render_response(orjson.dumps(body), turn.headers)
             return ContextSize(len(ids), "render")
         except ApiError as exc:
             # Render refused (turned off since start-up?): the turn still runs, on the

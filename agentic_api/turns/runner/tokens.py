@@ -294,7 +294,7 @@ async def _decode_divergence(services: Services, turn: PreparedTurn, made: Token
         async with asyncio.timeout(DECODE_SECONDS):
             pieces = await asyncio.gather(
                 *(
-                    services.upstream.detokenize(model, [token])
+                    services.upstream_now().detokenize(model, [token])
                     for token in (*divergence.parent_tokens, *divergence.child_tokens)
                 )
             )
