@@ -154,6 +154,16 @@ def placements(admin: httpx.Client, tenant_id: str, conversation: Conversation) 
     return [p for t in page["data"] for p in t["placements"]]
 
 
+def resident_on(admin: httpx.Client, response_id: str, replica: str) -> int:
+    """Leading tokens of the response's prompt + output the replica holds (admin view)."""
+    view = admin.get(f"/responses/{response_id}/residency").json()
+    return sum(r["resident_tokens"] for r in view["replicas"] if r["replica"] == replica)
+
+
+def wait_resident(admin: httpx.Client, response_id: str, replica: str) -> None:
+    eventually(lambda: resident_on(admin, response_id, replica) > 0, f"{response_id} resident")
+
+
 def test_each_session_goes_home_and_stays_with_its_prefix(
     backend: str, fresh_db: str, sims: list[SimServer], names: list[str], tmp_path: Path
 ) -> None:
@@ -170,13 +180,7 @@ def test_each_session_goes_home_and_stays_with_its_prefix(
             first = turn(client, conversation, words(f"task{index}-", 100))
             assert served(sim, conversation.id) == 1
             # The replica's events show the turn's prompt + output resident there.
-            eventually(
-                lambda first=first, name=name: any(
-                    r["replica"] == name and r["resident_tokens"] > 0
-                    for r in admin.get(f"/responses/{first.id}/residency").json()["replicas"]
-                ),
-                "the first turn resident",
-            )
+            wait_resident(admin, first.id, name)
             second = turn(client, conversation, "and then?")
             third = turn(client, conversation, "and after that?")
             assert served(sim, conversation.id) == 3
@@ -221,13 +225,7 @@ def test_a_saturated_replica_spills_and_the_prefix_follows(
         home.state.load = (0.0, 0.1)
         time.sleep(0.3)
         # The spilled turn's prompt + output are the longest prefix now: it stays there.
-        eventually(
-            lambda: any(
-                r["replica"] == names[1] and r["resident_tokens"] > 0
-                for r in admin.get(f"/responses/{spilled.id}/residency").json()["replicas"]
-            ),
-            "the spilled turn resident",
-        )
+        wait_resident(admin, spilled.id, names[1])
         last = turn(client, conversation, "and the last one")
         assert (served(home, conversation.id), served(away, conversation.id)) == (1, 2)
         assert last.usage is not None and last.usage.input_tokens_details.cached_tokens > 0
@@ -255,13 +253,9 @@ def test_an_emptied_cache_is_never_placed_on(
         conversation = homed_conversation(client, names, names[0])
         first = turn(client, conversation, words("task", 100))
 
-        def resident() -> int:
-            view = admin.get(f"/responses/{first.id}/residency").json()
-            return sum(r["resident_tokens"] for r in view["replicas"] if r["replica"] == names[0])
-
-        eventually(lambda: resident() > 0, "the first turn resident")
+        wait_resident(admin, first.id, names[0])
         httpx.post(f"{sim.url}/_sim/reset_prefix_cache")
-        eventually(lambda: resident() == 0, "the cleared cache seen")
+        eventually(lambda: resident_on(admin, first.id, names[0]) == 0, "the cleared cache seen")
         # Past the event lag: the previous round's replica is no longer presumed to hold it.
         time.sleep(server.settings.placement_event_lag_seconds)
         second = turn(client, conversation, "and then?")
