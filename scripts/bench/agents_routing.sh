@@ -41,9 +41,20 @@
 #                keep-warm arm; pinned_keep_warm_before_rN is a third arm with
 #                AGENTIC_KEEP_WARM_WHEN=before_return. scripts/bench/keep_warm_pairs.py
 #                compares the arms of each rN.
+#   pinned_gateway_rN, pinned_gateway_keep_warm_rN, pinned_gateway_keep_warm_before_rN (not in
+#                the default RUNS): the gateway's own placement (docs/placement.md), the same
+#                pinned scheme (the pair's nonce and --session-key, both caches reset, the
+#                BASE+33 server restarted on the same data dir) with no router: that server
+#                gets AGENTIC_UPSTREAM_REPLICAS (the two taps) beside the KV events, and
+#                places every round itself. Run them with the pinned_consistent_hash_rN /
+#                pinned_keep_warm_rN arms of the same rN to compare in one invocation.
+#   restart_gateway (not in the default RUNS): the restart run through the gateway's
+#                placement (BASE+34, KV events followed, no router): the busier replica is
+#                stopped and restarted mid-run; the gateway ejects it, fails rounds over, and
+#                drops its residency (the restarted replica's events start a new sequence).
 #   BASE_PORT    [19900]: +1/+2 replicas, +11/+12 taps, +20 router, +29 router metrics,
 #                +30 our server, +31 our server with agentic_context, +32 our server with
-#                keep-warm, +33 the pinned arms' server, +41/+42 and +51/+52 the
+#                keep-warm, +33 the pinned arms' server, +34 the restart_gateway server, +41/+42 and +51/+52 the
 #                KV-event relays (agents_kv_relay.py: replica side, router side)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -178,6 +189,8 @@ spec() {  # run name -> "policy program(0/1) restart(0/1)"; NAME_rN repeats NAME
     program_kv_aware) echo "kv_aware 1 0" ;;
     keep_warm_consistent_hash|pinned_consistent_hash|pinned_keep_warm|pinned_keep_warm_before)
       echo "consistent_hash 0 0" ;;
+    pinned_gateway|pinned_gateway_keep_warm|pinned_gateway_keep_warm_before) echo "gateway 0 0" ;;
+    restart_gateway) echo "gateway 0 1" ;;
     restart_consistent_hash) echo "consistent_hash 0 1" ;;
     restart_program_consistent_hash) echo "consistent_hash 1 1" ;;
     *) echo "unknown run $1" >&2; return 1 ;;
@@ -209,13 +222,17 @@ kv_events() {  # the replicas' KV events: through the relays (vLLM), or each sim
     echo "r1=ipc://$WORK/kv-r1.ipc,r2=ipc://$WORK/kv-r2.ipc"
   fi
 }
+replicas() {  # the named replicas the gateway places on: the taps, so rounds are attributed
+  echo "r1=http://127.0.0.1:$((BASE + 11)),r2=http://127.0.0.1:$((BASE + 12))"
+}
 pinned_arm() {  # (re)start the pinned server for RUN: keep-warm on or off, the same data dir
-  local port=$((BASE + 33)) enabled=false when=evicted
-  [[ $1 == pinned_keep_warm* ]] && enabled=true
-  [[ $1 == pinned_keep_warm_before* ]] && when=before_return
+  local port=$((BASE + 33)) enabled=false when=evicted placement=()
+  [[ $1 == pinned_keep_warm* || $1 == pinned_gateway_keep_warm* ]] && enabled=true
+  [[ $1 == *_keep_warm_before* ]] && when=before_return
+  [[ $1 == pinned_gateway* ]] && placement=(AGENTIC_UPSTREAM_REPLICAS="$(replicas)")
   stop "ours$port"
   # shellcheck disable=SC2086  # KEEP_WARM_ENV holds VAR=value pairs
-  ours "$port" false AGENTIC_KV_EVENTS_ENDPOINTS="$(kv_events)" \
+  ours "$port" false "${placement[@]}" AGENTIC_KV_EVENTS_ENDPOINTS="$(kv_events)" \
     AGENTIC_KEEP_WARM_ENABLED=$enabled AGENTIC_KEEP_WARM_PAUSE_ON=tools_offered \
     AGENTIC_KEEP_WARM_WHEN=$when \
     AGENTIC_KEEP_WARM_REPLICA_METRICS="r1=http://127.0.0.1:$((BASE + 11))/metrics,r2=http://127.0.0.1:$((BASE + 12))/metrics" \
@@ -245,13 +262,27 @@ for RUN in $RUNS; do
   # The pinned runs share one router process: its consistent-hash ring is the process's own
   # (a restarted router placed the same session ids elsewhere), so it must not change
   # between the arms of a pair.
-  if [[ $RUN != pinned_* || -z "${PIDS[router]:-}" ]]; then
+  if [[ $policy == gateway ]]; then
+    # No router: our server places every round on a named replica itself.
+    echo "no router: the gateway's placement (AGENTIC_UPSTREAM_REPLICAS=$(replicas))" \
+      >"$WORK/router-command"
+    ROUTER_LOG=/dev/null
+  elif [[ $RUN != pinned_* || -z "${PIDS[router]:-}" ]]; then
     stop router
     router "$policy" "$([[ $program == 1 ]] && echo program)"
   fi
   port=$((BASE + 30)); key=$KEY_PLAIN
   if [[ $program == 1 ]]; then port=$((BASE + 31)); key=$KEY_CONTEXT; fi
   if [[ $RUN == keep_warm_* ]]; then port=$((BASE + 32)); key=$KEY_KEEP_WARM; fi
+  if [[ $RUN == restart_gateway ]]; then
+    port=$((BASE + 34))
+    if [[ -z "${PIDS[ours$port]:-}" ]]; then
+      ours "$port" false AGENTIC_UPSTREAM_REPLICAS="$(replicas)" \
+        AGENTIC_KV_EVENTS_ENDPOINTS="$(kv_events)"
+      KEY_GATEWAY=$(key_for "$port")
+    fi
+    key=$KEY_GATEWAY
+  fi
   turns=$TURNS
   [[ $restart == 1 ]] && turns=$((TURNS + 1))
   NONCE="$RUN-$(date +%s)"
@@ -305,7 +336,7 @@ for RUN in $RUNS; do
     >"$OUT/$RUN.router.prom" || true
   # The router's own account (warnings, program-scheduling events), de-coloured and capped.
   sed 's/\x1b\[[0-9;]*m//g' "$ROUTER_LOG" | tail -n 300 >"$OUT/$RUN.router.log"
-  if [[ $RUN == keep_warm_* || $RUN == pinned_keep_warm* ]]; then
+  if [[ $RUN == keep_warm_* || $RUN == pinned_keep_warm* || $RUN == pinned_gateway_keep_warm* ]]; then
     # Each session's re-warms as our admin lineage shows them (when, why, tokens, outcome).
     admin_key=$(AGENTIC_DATA_DIR=$WORK/ours-$port .venv/bin/agentic-api admin-key create \
       --name "bench-$RUN" | sed -n "s/^admin key (shown once): //p")
@@ -313,7 +344,8 @@ for RUN in $RUNS; do
       >"$OUT/$RUN.rewarms.json" || true
   fi
   # Our server's own account of the run (keep-warm: re-warms, tokens, skips).
-  curl -fs "http://127.0.0.1:$port/metrics" | grep -E "^agentic_(keep_warm|kv_evicted_before_resume)" \
+  curl -fs "http://127.0.0.1:$port/metrics" \
+    | grep -E "^agentic_(keep_warm|kv_evicted_before_resume|placement|replica_ejections)" \
     >"$OUT/$RUN.ours.prom" || true
   [[ $RUN == pinned_* ]] || stop router
   jsons+=("$OUT/$RUN.json")
