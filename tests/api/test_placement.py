@@ -30,8 +30,9 @@ from prometheus_client import REGISTRY
 from agentic_api import tracing
 from agentic_api.cache.placement import home_of
 from tests.conftest import RunningServer, app_server
+from tests.support.mcp_server import start_mcp_server
 from tests.support.tenants import create_admin_key, create_tenant
-from tests.upstream_sim import Reply, SimServer
+from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
 BLOCK = 16
 
@@ -440,3 +441,46 @@ def test_a_prewarm_goes_where_the_next_turn_will_and_shows_with_its_parent(
             ("prewarm", names[1]),
         ]
         assert [(p["purpose"], p["replica"]) for p in shown[after.id]] == [("turn", names[1])]
+
+
+def test_every_round_of_a_tool_loop_is_placed(
+    backend: str, fresh_db: str, sims: list[SimServer], names: list[str], tmp_path: Path
+) -> None:
+    """The gateway's MCP tool loop: each model round is placed (round 0, then 1, on the
+    replica that just served the round before), and the turn's continuation follows."""
+    mcp = start_mcp_server()
+    tools: Any = [
+        {
+            "type": "mcp",
+            "server_label": "tools",
+            "server_url": mcp.url,
+            "require_approval": "never",
+        }
+    ]
+    try:
+        with (
+            placing_server(
+                backend, fresh_db, sims, names, tmp_path, mcp_allow_loopback=True
+            ) as server,
+            admin_client(server) as admin,
+        ):
+            tenant = create_tenant(server.db_url)
+            client = server.client(tenant, timeout=20)
+            conversation = homed_conversation(client, names, names[0])
+            sims[0].push(
+                ToolCalls([Call("tools__add", {"a": 2, "b": 3}, call_id="c1")]), Reply("It is 5.")
+            )
+            looped = turn(client, conversation, words("sum", 40), tools=tools)
+            assert looped.status == "completed"
+            turn(client, conversation, "thanks")
+            assert served(sims[0], conversation.id) == 3
+            assert served(sims[1], conversation.id) == 0
+            decisions = placements(admin, tenant.id, conversation)
+            assert [(d["round"], d["replica"]) for d in decisions] == [
+                (0, names[0]),
+                (1, names[0]),
+                (0, names[0]),
+            ]
+            assert decisions[-1]["reason"] == "resident_prefix"
+    finally:
+        mcp.stop()
