@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-import aiohttp
-
 from agentic_api.cache.keep_warm import Due, KeepWarm, Pause, Rewarm
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
 from agentic_api.runtime import Services
+from agentic_api.serving.periodic import Periodic
 from agentic_api.serving.tenants import active_tenant
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.turn import prepare_turn
@@ -44,31 +43,11 @@ def continuation_prewarm(paused: CreateResponseRequest, response_id: str) -> Cre
     )
 
 
-class KeepWarmLoop:
+class KeepWarmLoop(Periodic):
     def __init__(self, services: Services, policy: KeepWarm) -> None:
+        super().__init__(services.settings.keep_warm_interval_seconds)
         self.services = services
         self.policy = policy
-        self._task: asyncio.Task[None] | None = None
-        self._session: aiohttp.ClientSession | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-
-    async def _run(self) -> None:
-        interval = self.services.settings.keep_warm_interval_seconds
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.tick()
-            except Exception:
-                log.exception("keep-warm tick failed")
 
     async def tick(self) -> None:
         for due in list(self.policy.due(self._tokens_of)):
@@ -89,9 +68,7 @@ class KeepWarmLoop:
         url = settings.keep_warm_replica_metrics.get(due.replica or "")
         if url is None:
             return False
-        if self._session is None:
-            self._session = aiohttp.ClientSession()
-        load = await read_load(self._session, url)
+        load = await read_load(self.session, url)
         if (
             load is None
             or load.waiting > settings.keep_warm_max_waiting

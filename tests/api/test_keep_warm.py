@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,10 @@ import httpx
 import pytest
 from openai import OpenAI
 from openai.types.responses import Response
-from prometheus_client import REGISTRY
 
 from tests.conftest import RunningServer, app_server
 from tests.support.tenants import create_admin_key, create_tenant
+from tests.support.waiting import eventually, metric
 from tests.upstream_sim import Call, Hang, Reply, SimServer, ToolCalls
 from tests.upstream_sim.state import RecordedRequest
 
@@ -81,19 +81,6 @@ def keep_warm_server(
 
 def words(tag: str, count: int) -> str:
     return " ".join(f"{tag}{i}" for i in range(count))
-
-
-def metric(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
-def eventually(check: Callable[[], bool], what: str, seconds: float = 15) -> None:
-    # KV events and the keep-warm loop run on their own: poll.
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never: {what}")
-        time.sleep(0.05)
 
 
 def rewarms(sim: SimServer, session_id: str) -> list[RecordedRequest]:

@@ -27,11 +27,11 @@ import httpx
 import pytest
 from openai import OpenAI
 from openai.types.conversations import Conversation
-from prometheus_client import REGISTRY
 
 from agentic_api.cache.placement import home_of
 from tests.conftest import app_server
 from tests.support.tenants import create_tenant
+from tests.support.waiting import metric, wait_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -72,15 +72,7 @@ class SimProcess:
         found = re.search(r"http://\S+", self.popen.stdout.readline())
         assert found is not None, "the simulator printed no URL"
         self.url = found.group(0)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the simulator did not come up"
-            time.sleep(0.05)
+        wait_healthy(self.url)
 
     def kill(self) -> None:
         if self.popen.poll() is None:
@@ -107,10 +99,6 @@ def sim_processes(count: int, tag: str) -> Iterator[list[SimProcess]]:
             if sim.popen.stdout is not None:
                 sim.popen.stdout.close()
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def metric(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 def homed(client: OpenAI, names: list[str], home: str, count: int) -> list[Conversation]:
