@@ -67,3 +67,25 @@ def test_keep_warm_needs_the_replicas_kv_events(monkeypatch: pytest.MonkeyPatch)
         "r1": "http://a:1/metrics",
         "r2": "http://b:2/metrics",
     }
+
+
+def test_named_replicas_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "AGENTIC_UPSTREAM_REPLICAS", "a=http://vllm-a:8000/v1, b=http://vllm-b:8000/"
+    )
+    assert Settings().upstream_replicas == {"a": "http://vllm-a:8000", "b": "http://vllm-b:8000"}
+    monkeypatch.setenv("AGENTIC_UPSTREAM_REPLICAS", '{"a": "http://vllm-a:8000"}')
+    assert Settings().upstream_replicas == {"a": "http://vllm-a:8000"}
+    monkeypatch.setenv("AGENTIC_UPSTREAM_REPLICAS", "a=vllm-a:8000")
+    with pytest.raises(ValueError, match="name=http"):
+        Settings()
+
+
+def test_named_replicas_and_kv_events_name_the_same_replicas() -> None:
+    replicas = {"a": "http://a:1", "b": "http://b:2"}
+    with pytest.raises(ConfigError, match="same replicas"):
+        Settings(upstream_replicas=replicas, kv_events_endpoints={"a": "ipc:///tmp/a"}).check()
+    events = {"a": "ipc:///tmp/a", "b": "ipc:///tmp/b"}
+    Settings(upstream_replicas=replicas, kv_events_endpoints=events).check()
+    # Without KV events the rule places on load and homes alone.
+    Settings(upstream_replicas=replicas).check()
