@@ -23,8 +23,9 @@ from agentic_api.cache.residency.tracker import ResidencyTracker
 # Consecutive failures double the back-off up to this many times the base.
 MAX_BACKOFF_FACTOR = 8
 # What a placed round was: a turn's round, a compacting turn's summary, a prewarm (a
-# client's or keep-warm's), /v1/responses/compact, /v1/responses/input_tokens.
-Purpose = Literal["turn", "compaction", "prewarm", "compact", "input_tokens"]
+# client's or keep-warm's), /v1/responses/compact, /v1/responses/input_tokens, an
+# Anthropic Messages call.
+Purpose = Literal["turn", "compaction", "prewarm", "compact", "input_tokens", "messages"]
 # Decisions kept per session (the timeline shows those of the turns it lists).
 DECISIONS_KEPT = 64
 

@@ -24,6 +24,7 @@ from agentic_api.messages.outcome import MessageOutcome, settle
 from agentic_api.messages.turn import PreparedMessage
 from agentic_api.metrics import TurnMeter
 from agentic_api.runtime import Services
+from agentic_api.turns.runner.placing import placed_stream
 from agentic_api.upstream.sse import frame_sse
 from agentic_api.wire.anthropic import error_body
 
@@ -65,7 +66,12 @@ class MessageStream:
         outcome = MessageOutcome()
         opened = settled = errored = False
         try:
-            async with self._services.upstream_now().stream_message(turn.body, turn.headers) as up:
+            async with placed_stream(
+                self._services,
+                turn.placed,
+                lambda upstream: upstream.stream_message(turn.body, turn.headers),
+            ) as (up, placer, target):
+                placer.answered(target, None)
                 opened = True
                 self._queue.put_nowait(_OPENED)
                 try:

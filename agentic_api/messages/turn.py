@@ -20,6 +20,7 @@ from agentic_api.messages.outcome import MessageContext, MessageOutcome, settle
 from agentic_api.metrics import TurnMeter
 from agentic_api.runtime import Services
 from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.runner.placing import Work, placed_call
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire.anthropic import MessagesRequest, forwarded_headers
 from lineage import resolve_stateless_session
@@ -36,6 +37,13 @@ class PreparedMessage:
     @property
     def request(self) -> MessagesRequest:
         return self.context.request
+
+    @property
+    def placed(self) -> Work:
+        """How its round is placed on named replicas: by its session (its blocks per
+        replica, the replica its previous message went to, its home)."""
+        context = self.context
+        return Work.of_session(context.tenant_id, context.session_id, "messages")
 
     def meter(self, *, streaming: bool) -> TurnMeter:
         return TurnMeter(
@@ -75,7 +83,14 @@ async def create_message(services: Services, turn: PreparedMessage) -> bytes:
     meter = turn.meter(streaming=False)
     try:
         try:
-            raw, answer = await services.upstream_now().create_message(turn.body, turn.headers)
+            raw, answer = await placed_call(
+                services,
+                turn.placed,
+                lambda upstream: upstream.create_message(turn.body, turn.headers),
+                # Anthropic's usage does not say the prompt's whole length the same way
+                # on every server: nothing presumed resident from it.
+                lambda _answer: None,
+            )
         except UpstreamInterrupted:
             # The request reached the model and its answer was lost: a failed turn.
             meter.upstream_done()

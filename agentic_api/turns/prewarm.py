@@ -27,7 +27,7 @@ from agentic_api import tracing
 from agentic_api.errors import InvalidRequest, UpstreamError
 from agentic_api.runtime import Services
 from agentic_api.turns.data.prepared import PreparedTurn
-from agentic_api.turns.runner.placing import placed_call
+from agentic_api.turns.runner.placing import Work, answered_tokens, placed_call
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.turns.runner.round import invalid_answer
 from agentic_api.wire.events import CREATED, snapshot_event, terminal_event
@@ -74,9 +74,9 @@ async def run_prewarm(services: Services, turn: PreparedTurn) -> Prewarmed:
         headers = tracing.with_traceparent(turn.headers)
         answer = await placed_call(
             services,
-            turn,
-            "prewarm",
+            Work.of_turn(turn, "prewarm"),
             lambda upstream: upstream.create_response(turn.body, headers),
+            answered_tokens,
         )
         tracing.record_response(traced, answer)
     problem = final_problem(answer)

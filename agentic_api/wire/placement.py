@@ -20,10 +20,12 @@ class AdminPlacement(BaseModel):
     object: Literal["admin.placement"] = "admin.placement"
     at: float = Field(description="When the round was placed (Unix seconds).")
     round: int = Field(description="The turn's round: 0 first, the tool loop's later ones up.")
-    purpose: Literal["turn", "compaction", "prewarm", "compact", "input_tokens"] = Field(
-        description="What the round was: a turn's round, a compacting turn's summary, a "
-        "prewarm (a client's, or keep-warm's re-warm, shown with the turn it warms), "
-        "/v1/responses/compact, /v1/responses/input_tokens."
+    purpose: Literal["turn", "compaction", "prewarm", "compact", "input_tokens", "messages"] = (
+        Field(
+            description="What the round was: a turn's round, a compacting turn's summary, a "
+            "prewarm (a client's, or keep-warm's re-warm, shown with the turn it warms), "
+            "/v1/responses/compact, /v1/responses/input_tokens, an Anthropic Messages call."
+        )
     )
     replica: str = Field(description="The named replica it was sent to.")
     reason: Literal["resident_prefix", "home", "spill_load", "failover"] = Field(

@@ -14,10 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
 
+from agentic_api.cache.placement import home_of
+from lineage import resolve_stateless_session
 from tests.conftest import app_server
 from tests.support.mcp_server import start_mcp_server
 from tests.support.placement import kv_sims, placing_gateway, served, words
@@ -294,6 +297,51 @@ def test_every_round_of_a_tool_loop_is_placed(
             assert decisions[-1]["reason"] == "resident_prefix"
     finally:
         mcp.stop()
+
+
+def test_anthropic_messages_are_placed_by_their_session(
+    backend: str, fresh_db: str, sims: list[SimServer], names: list[str], tmp_path: Path
+) -> None:
+    """A Messages session (Claude Code's x-claude-code-session-id) goes to its home and
+    its next message follows its last replica, streamed or not; none goes to the other."""
+    with placing_gateway(backend, fresh_db, sims, names, tmp_path) as gateway:
+        upstream_ids: dict[str, str] = {}
+        for i in range(200):
+            client_id = f"claude-{i}"
+            upstream_id, _ = resolve_stateless_session(
+                tenant_id=gateway.tenant.id, client_session_id=client_id
+            )
+            upstream_ids.setdefault(home_of(upstream_id, names), client_id)
+            if len(upstream_ids) == 2:
+                break
+        for index, name in enumerate(names):
+            client_id = upstream_ids[name]
+            with anthropic.Anthropic(
+                base_url=gateway.server.url,
+                api_key=gateway.tenant.api_key,
+                max_retries=0,
+                timeout=20,
+                default_headers={"x-claude-code-session-id": client_id},
+            ) as claude:
+                history: Any = [{"role": "user", "content": words(f"plan{index}-", 60)}]
+                claude.messages.create(model="sim-model", max_tokens=16, messages=history)
+                with claude.messages.stream(
+                    model="sim-model", max_tokens=16, messages=history
+                ) as stream:
+                    stream.get_final_message()
+            mine = sims[index].requests("/v1/messages")
+            others = sims[1 - index].requests("/v1/messages")
+            session = mine[-1].headers["x-session-id"]
+            assert [r.headers["x-session-id"] for r in mine].count(session) == 2
+            assert all(r.headers["x-session-id"] != session for r in others)
+            # The first at its home; the second where the session's blocks are (its
+            # KV events, labelled with its session) or, until they came, its last replica.
+            assert metric("agentic_placements_total", replica=name, reason="home") >= 1
+            placed = sum(
+                metric("agentic_placements_total", replica=name, reason=reason)
+                for reason in ("home", "resident_prefix")
+            )
+            assert placed == 2
 
 
 def test_one_upstream_url_is_used_as_before(

@@ -93,7 +93,7 @@ def placer(book: PlacementBook, tracker: ResidencyTracker) -> RoundPlacer:
         caller=SimpleNamespace(tenant_id="ten", cache_salt=SALT),
         response_id="resp_new",
     )
-    return RoundPlacer(cast(Services, services), cast(PreparedTurn, turn))
+    return RoundPlacer.for_turn(cast(Services, services), cast(PreparedTurn, turn))
 
 
 def target_of(round_placer: RoundPlacer) -> tuple[str | None, str, dict[str, int]]:

@@ -35,7 +35,7 @@ from agentic_api.turns.prepare.summary_request import COMPACTION_TRIGGER, summar
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.runner.finish import Completion, Ending
 from agentic_api.turns.runner.in_progress import TurnInProgress
-from agentic_api.turns.runner.placing import placed_call
+from agentic_api.turns.runner.placing import Work, answered_tokens, placed_call
 from agentic_api.turns.runner.round import upstream_round
 from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.requests import CreateResponseRequest
@@ -170,9 +170,9 @@ async def compact(
     turn = await prepare_turn(services, caller, asked)
     answer = await placed_call(
         services,
-        turn,
-        "compact",
+        Work.of_turn(turn, "compact"),
         lambda upstream: upstream.create_response(turn.body, turn.headers),
+        answered_tokens,
     )
     summary = summary_text(answer)
     if not summary:

@@ -27,7 +27,7 @@ from agentic_api.log import get_logger
 from agentic_api.runtime import Services
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.turn import prepare_turn
-from agentic_api.turns.runner.placing import placed_call
+from agentic_api.turns.runner.placing import Work, answered_tokens, placed_call
 from agentic_api.wire.requests import CreateResponseRequest
 
 log = get_logger("agentic_api.turns.input_tokens")
@@ -57,9 +57,9 @@ async def count_input_tokens(
     counted = orjson.dumps(body)
     answer = await placed_call(
         services,
-        turn,
-        "input_tokens",
+        Work.of_turn(turn, "input_tokens"),
         lambda upstream: upstream.create_response(counted, turn.headers),
+        answered_tokens,
     )
     usage = answer.get("usage")
     count = usage.get("input_tokens") if isinstance(usage, dict) else None

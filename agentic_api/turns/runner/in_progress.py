@@ -66,7 +66,9 @@ class TurnInProgress:
         )
         self.streaming = streams_upstream(turn.request)
         # Which replica each round goes to (named replicas), and the turn's one failover.
-        self.placer = RoundPlacer(services, turn, "compaction" if turn.compacts else "turn")
+        self.placer = RoundPlacer.for_turn(
+            services, turn, "compaction" if turn.compacts else "turn"
+        )
         self.meter = TurnMeter(
             model=turn.request.model,
             tenant=turn.caller.tenant_id,

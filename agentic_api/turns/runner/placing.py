@@ -16,9 +16,11 @@ residency. With one upstream URL (a router, one vLLM) nothing here changes the r
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager as AsyncContextManager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from agentic_api import tracing
 from agentic_api.cache.placement import Candidate, Decision, Limits, failover, place
@@ -27,12 +29,15 @@ from agentic_api.cache.recent import TokenArtifact
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
 from agentic_api.runtime import Services
+from agentic_api.storage.models import Response
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.runner.tokens import stored_tokens
 from agentic_api.upstream.client import UpstreamClient
 from agentic_api.upstream.errors import UpstreamInterrupted
 
 log = get_logger("agentic_api.turns.runner.placing")
+T = TypeVar("T")
+S = TypeVar("S")
 
 # Refusals that mean the replica itself is gone (not this request's fault): eject it.
 _UNREACHABLE = frozenset({"upstream_unreachable", "upstream_connection_error"})
@@ -59,19 +64,80 @@ def placement_key(turn: PreparedTurn) -> str:
     return turn.lineage.session_id
 
 
-class RoundPlacer:
-    """One turn's (or prewarm's, compaction's) placement, round after round."""
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What is placed, as the rule's inputs are read: the session (decisions are kept
+    under it, its home hashed from ``home_key``), the key its rounds are recorded under
+    and shown with (``shown_id``), the key of the round before it (whose replica comes
+    next), and where the branch's tokens come from (the parent response; without one,
+    the session's blocks when ``session_tally``)."""
 
-    def __init__(self, services: Services, turn: PreparedTurn, purpose: Purpose = "turn") -> None:
+    session_id: str
+    home_key: str
+    shown_id: str
+    previous_id: str | None
+    tenant_id: str
+    # The tenant's cache salt, under which the branch's blocks are looked up.
+    salt: str | None
+    parent: Response | None
+    purpose: Purpose
+    session_tally: bool = False
+
+    @classmethod
+    def of_turn(cls, turn: PreparedTurn, purpose: Purpose) -> Work:
+        parent = turn.parent
+        # A prewarm (a client's, or keep-warm's) warms the turn that continues its parent:
+        # shown with the parent (where the timeline looks), and recorded as the parent's
+        # last server (where the next turn looks).
+        shown = parent.id if purpose == "prewarm" and parent is not None else turn.response_id
+        return cls(
+            session_id=turn.lineage.session_id,
+            home_key=placement_key(turn),
+            shown_id=shown,
+            previous_id=None if parent is None else parent.id,
+            tenant_id=turn.caller.tenant_id,
+            salt=turn.caller.cache_salt,
+            parent=parent,
+            purpose=purpose,
+            session_tally=parent is not None,
+        )
+
+    @classmethod
+    def of_session(cls, tenant_id: str, session_id: str, purpose: Purpose) -> Work:
+        """A stateless session's request (the Anthropic Messages API): no stored branch,
+        so the session's blocks per replica, and its own last replica before it."""
+        key = f"session:{tenant_id}:{session_id}"
+        return cls(
+            session_id=session_id,
+            home_key=session_id,
+            shown_id=key,
+            previous_id=key,
+            tenant_id=tenant_id,
+            salt=None,
+            parent=None,
+            purpose=purpose,
+            session_tally=True,
+        )
+
+
+class RoundPlacer:
+    """One turn's (or prewarm's, compaction's, message's) placement, round after round."""
+
+    def __init__(self, services: Services, work: Work) -> None:
         self.services = services
-        self.turn = turn
-        self.purpose = purpose
+        self.work = work
         self.rounds = 0
         self.failed_over = False
-        # The replica that answered this turn's previous round, and when.
+        # The replica that answered this work's previous round, and when.
         self._last: Served | None = None
         self._branch: Sequence[int] | None = None
         self._branch_read = False
+
+    @classmethod
+    def for_turn(
+        cls, services: Services, turn: PreparedTurn, purpose: Purpose = "turn"
+    ) -> RoundPlacer:
+        return cls(services, Work.of_turn(turn, purpose))
 
     @property
     def book(self) -> PlacementBook | None:
@@ -86,7 +152,7 @@ class RoundPlacer:
         previous = self._previous()
         decision = place(
             candidates,
-            placement_key(self.turn),
+            self.work.home_key,
             self._limits(),
             previous=None if previous is None else previous.replica,
         )
@@ -121,7 +187,7 @@ class RoundPlacer:
             failed=decision.replica,
             replica=retried.replica,
             error=error.code,
-            response_id=self.turn.response_id,
+            shown_id=self.work.shown_id,
         )
         return self._chosen(book, retried, counted=False)
 
@@ -131,7 +197,7 @@ class RoundPlacer:
         book, replica = self.book, target.replica
         if book is None or replica is None:
             return
-        key = self._shown_id()
+        key = self.work.shown_id
         book.served(key, replica, tokens)
         self._last = book.served_by(key)
 
@@ -140,11 +206,10 @@ class RoundPlacer:
     def _previous(self) -> Served | None:
         if self._last is not None:
             return self._last
-        parent = self.turn.parent
-        book = self.book
-        if parent is None or book is None:
+        previous_id, book = self.work.previous_id, self.book
+        if previous_id is None or book is None:
             return None
-        return book.served_by(parent.id)
+        return book.served_by(previous_id)
 
     def _limits(self) -> Limits:
         settings = self.services.settings
@@ -179,22 +244,21 @@ class RoundPlacer:
         if residency is None:
             return {}
         branch = await self._branch_tokens()
-        salt = self.turn.caller.cache_salt
         if branch is not None:
-            return {view.replica: view.resident_tokens for view in residency.prefix(branch, salt)}
-        if self.turn.parent is None:
+            found = residency.prefix(branch, self.work.salt)
+            return {view.replica: view.resident_tokens for view in found}
+        if not self.work.session_tally:
             return {}
         return {
-            view.replica: view.resident_tokens
-            for view in residency.session(self.turn.lineage.session_id)
+            view.replica: view.resident_tokens for view in residency.session(self.work.session_id)
         }
 
     async def _branch_tokens(self) -> Sequence[int] | None:
         if not self._branch_read:
             self._branch_read = True
-            parent = self.turn.parent
+            parent = self.work.parent
             if parent is not None:
-                found = await stored_tokens(self.services, self.turn.caller.tenant_id, parent)
+                found = await stored_tokens(self.services, self.work.tenant_id, parent)
                 if isinstance(found, TokenArtifact):
                     self._branch = found.prompt + found.output
         return self._branch
@@ -217,23 +281,14 @@ class RoundPlacer:
             return 0
         return previous.tokens
 
-    def _shown_id(self) -> str:
-        """The response a decision is shown with: the turn's own; a prewarm (a client's,
-        or keep-warm's) warms the turn that continues its parent, so the parent's (where
-        the timeline looks, and where the next turn finds who served its prefix last)."""
-        turn = self.turn
-        if self.purpose == "prewarm" and turn.parent is not None:
-            return turn.parent.id
-        return turn.response_id
-
     def _chosen(self, book: PlacementBook, decision: Decision, counted: bool = True) -> Target:
-        turn = self.turn
+        work = self.work
         book.record(
             Placement(
-                session_id=turn.lineage.session_id,
-                response_id=self._shown_id(),
+                session_id=work.session_id,
+                response_id=work.shown_id,
                 round=self.rounds if counted else self.rounds - 1,
-                purpose=self.purpose,
+                purpose=work.purpose,
                 at=book.now(),
                 decision=decision,
             )
@@ -251,13 +306,14 @@ class RoundPlacer:
 
 async def placed_call(
     services: Services,
-    turn: PreparedTurn,
-    purpose: Purpose,
-    send: Callable[[UpstreamClient], Awaitable[dict[str, Any]]],
-) -> dict[str, Any]:
-    """One JSON round outside a running turn (a prewarm, ``/v1/responses/compact``):
-    placed like a turn's round, failed over once when refused, its answer returned."""
-    placer = RoundPlacer(services, turn, purpose)
+    work: Work,
+    send: Callable[[UpstreamClient], Awaitable[T]],
+    tokens: Callable[[T], int | None],
+) -> T:
+    """One JSON round outside a running turn (a prewarm, ``/v1/responses/compact``, a
+    Messages call): placed like a turn's round, failed over once when refused, its answer
+    returned (``tokens``: its prompt + output, as the answer says)."""
+    placer = RoundPlacer(services, work)
     target = await placer.target()
     while True:
         try:
@@ -268,8 +324,29 @@ async def placed_call(
                 raise
             target = retry
             continue
-        placer.answered(target, answered_tokens(answer))
+        placer.answered(target, tokens(answer))
         return answer
+
+
+@asynccontextmanager
+async def placed_stream(
+    services: Services, work: Work, open_stream: Callable[[UpstreamClient], AsyncContextManager[S]]
+) -> AsyncIterator[tuple[S, RoundPlacer, Target]]:
+    """A streamed round outside a running turn (a Messages stream): opened on its placed
+    replica, or once more on the next-best when refused before it opened."""
+    placer = RoundPlacer(services, work)
+    target = await placer.target()
+    async with AsyncExitStack() as stack:
+        while True:
+            try:
+                stream = await stack.enter_async_context(open_stream(target.client))
+                break
+            except ApiError as exc:
+                retry = placer.after_refusal(target, exc)
+                if retry is None:
+                    raise
+                target = retry
+        yield stream, placer, target
 
 
 def answered_tokens(final: Mapping[str, Any] | None) -> int | None:
