@@ -23,7 +23,6 @@ from agentic_api.cache.residency.endpoints import Endpoint, EndpointError, parse
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker
-from agentic_api.http import console
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
 from agentic_api.http.middleware import (
@@ -34,7 +33,6 @@ from agentic_api.http.middleware import (
 )
 from agentic_api.http.openapi import install_openapi
 from agentic_api.http.routes import (
-    admin,
     compact,
     conversations,
     health,
@@ -42,12 +40,12 @@ from agentic_api.http.routes import (
     messages,
     metrics,
     models,
-    residency,
     responses,
     websocket,
 )
 from agentic_api.log import configure_logging, get_logger
 from agentic_api.metrics import mark_this_process_dead
+from agentic_api.operator.http import admin, console, residency
 from agentic_api.runtime import Services
 from agentic_api.serving.keep_warm import KeepWarmLoop
 from agentic_api.serving.tenants import LOCAL_TENANT_NAME, KeyMemo
