@@ -24,8 +24,8 @@ from agentic_api.messages.outcome import MessageOutcome, settle
 from agentic_api.messages.turn import PreparedMessage
 from agentic_api.metrics import TurnMeter
 from agentic_api.runtime import Services
-from agentic_api.upstream.sse import frame_sse
 from agentic_api.wire.anthropic import error_body
+from agentic_api.wire.sse import frame_sse
 
 _OPENED = object()
 _CLOSED = object()

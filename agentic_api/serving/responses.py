@@ -123,3 +123,9 @@ async def input_items(
             row.id, after_position=after_position, limit=limit + 1, descending=descending
         )
     return item_page(rows, limit)
+
+
+async def cancel(services: Services, tenant_id: str, response_id: str) -> dict[str, Any]:
+    """Cancels a queued or running background response and returns it; a finished one
+    comes back unchanged (the queue decides, ``background/queue.py``)."""
+    return await background.cancel(services, tenant_id, response_id)

@@ -22,8 +22,12 @@ from agentic_api.runtime import Services
 from agentic_api.storage.conversations import ConversationRepository
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.data.prepared import PreparedTurn
+
+# ConnectionHistories is named again for the WebSocket route, which keeps one per connection.
 from agentic_api.turns.prepare.connection_histories import (
-    ConnectionHistories,
+    ConnectionHistories as ConnectionHistories,
+)
+from agentic_api.turns.prepare.connection_histories import (
     LaneHistory,
     lane_history_after,
 )

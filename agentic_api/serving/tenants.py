@@ -13,6 +13,7 @@ from agentic_api.log import get_logger
 from agentic_api.runtime import Services
 from agentic_api.storage.models import Tenant
 from agentic_api.storage.tenants import TenantRepository, hash_key
+from agentic_api.turns.data.caller import Caller
 from lineage import mint_cache_salt
 
 log = get_logger("agentic_api.tenants")
@@ -30,6 +31,11 @@ class TenantContext:
     name: str
     salt_epoch: int
     cache_salt: str = field(repr=False)
+
+
+def caller_of(tenant: TenantContext) -> Caller:
+    """The turn's caller: the tenant, and the salt (with its epoch) its prompts are keyed under."""
+    return Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
 
 
 class KeyMemo:
