@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.tenants import TenantContext, caller_of
-from agentic_api.turns.kinds.compaction import compact
+from agentic_api.turns.without_commit.compact import compact
 from agentic_api.wire.requests import CreateResponseRequest
 
 
 async def compact_history(
-    services: Services, tenant: TenantContext, request: CreateResponseRequest
+    services: Runtime, tenant: TenantContext, request: CreateResponseRequest
 ) -> dict[str, Any]:
     """The compacted history as the response object the route returns."""
     return await compact(services, caller_of(tenant), request)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.tenants import TenantContext, caller_of
-from agentic_api.turns.kinds.input_tokens import count_input_tokens
+from agentic_api.turns.without_commit.input_tokens import count_input_tokens
 from agentic_api.wire.requests import CreateResponseRequest
 
 
 async def input_tokens(
-    services: Services, tenant: TenantContext, request: CreateResponseRequest
+    services: Runtime, tenant: TenantContext, request: CreateResponseRequest
 ) -> int:
     """The turn's prompt length in tokens, as the model server's tokenizer counts it."""
     return await count_input_tokens(services, caller_of(tenant), request)

@@ -11,7 +11,7 @@ from agentic_api.messages.turn import (
     create_message,
     prepare_message,
 )
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.tenants import TenantContext, caller_of
 from agentic_api.wire.anthropic import MessagesRequest
 
@@ -34,13 +34,13 @@ def prepare(
     )
 
 
-async def answer_message(services: Services, turn: PreparedMessage) -> bytes | MessageStream:
+async def answer_message(services: Runtime, turn: PreparedMessage) -> bytes | MessageStream:
     """The JSON answer's bytes, or the stream, its upstream request accepted."""
     if turn.request.stream:
         return await open_message_stream(services, turn)
     return await create_message(services, turn)
 
 
-async def count_tokens(services: Services, turn: PreparedMessage) -> bytes:
+async def count_tokens(services: Runtime, turn: PreparedMessage) -> bytes:
     """``POST /v1/messages/count_tokens``: the model server's count, relayed as it came."""
     return await count_message_tokens(services, turn)

@@ -26,7 +26,7 @@ from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge, Unauth
 from agentic_api.http.auth import authenticate, credential_header, services_of
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.socket_turn import ConnectionHistories, start_socket_turn
 from agentic_api.serving.tenants import TenantContext, caller_of
 from agentic_api.wire.events import socket_error_frame, socket_event
@@ -52,7 +52,7 @@ class Lane:
 @dataclass
 class Session:
     websocket: WebSocket
-    services: Services
+    services: Runtime
     # The handshake's Authorization header, authenticated again for every request.
     authorization: str | None = field(repr=False)
     # The handshake's W3C trace context: each turn's span is its child (empty, untraced).

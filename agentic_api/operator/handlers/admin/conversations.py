@@ -14,8 +14,8 @@ from agentic_api.operator.handlers.admin.timeline import present_timeline
 from agentic_api.operator.handlers.admin.views import conversation_view, list_page
 from agentic_api.operator.queries.admin import AdminRepository, ConversationFilter
 from agentic_api.operator.shapes.admin import AdminConversation, AdminTurn, Deletion, ListPage
-from agentic_api.runtime import Services
-from agentic_api.serving.pages import page_of
+from agentic_api.runtime import Runtime
+from agentic_api.serving.pagination import page_of
 
 
 def at(seconds: int | None) -> datetime | None:
@@ -27,7 +27,7 @@ def conversation_not_found(conversation_id: str) -> NotFound:
 
 
 async def list_conversations(
-    services: Services,
+    services: Runtime,
     tenant_id: str,
     *,
     updated_since: int | None,
@@ -55,7 +55,7 @@ async def list_conversations(
 
 
 async def get_conversation(
-    services: Services, tenant_id: str, conversation_id: str
+    services: Runtime, tenant_id: str, conversation_id: str
 ) -> AdminConversation:
     async with services.db.read() as session:
         row = await AdminRepository(session).get_conversation(tenant_id, conversation_id)
@@ -65,7 +65,7 @@ async def get_conversation(
 
 
 async def timeline(
-    services: Services, tenant_id: str, conversation_id: str, after: str | None, limit: int
+    services: Runtime, tenant_id: str, conversation_id: str, after: str | None, limit: int
 ) -> ListPage[AdminTurn]:
     async with services.db.read() as session:
         repo = AdminRepository(session)
@@ -82,7 +82,7 @@ async def timeline(
     return list_page(shown, more, lambda t: t.id)
 
 
-async def delete_conversation(services: Services, tenant_id: str, conversation_id: str) -> Deletion:
+async def delete_conversation(services: Runtime, tenant_id: str, conversation_id: str) -> Deletion:
     async with services.db.write() as session:
         counts = await AdminRepository(session).delete_conversation(tenant_id, conversation_id)
     if counts is None:
@@ -90,7 +90,7 @@ async def delete_conversation(services: Services, tenant_id: str, conversation_i
     return Deletion(tenant_id=tenant_id, conversation_id=conversation_id, deleted=counts)
 
 
-async def purge_tenant_data(services: Services, tenant_id: str) -> Deletion:
+async def purge_tenant_data(services: Runtime, tenant_id: str) -> Deletion:
     async with services.db.write() as session:
         repo = AdminRepository(session)
         await require_tenant(repo, tenant_id)

@@ -14,14 +14,14 @@ from agentic_api.operator.shapes.admin import (
     AdminTokenAccount,
     TokenArtifactInfo,
 )
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 
 
 def _response_not_found(response_id: str) -> NotFound:
     return NotFound(f"No response with id '{response_id}'.", param="response_id")
 
 
-async def response_lineage(services: Services, response_id: str) -> AdminLineage:
+async def response_lineage(services: Runtime, response_id: str) -> AdminLineage:
     async with services.db.read() as session:
         repo = AdminRepository(session)
         chain = await repo.ancestors(response_id)
@@ -41,7 +41,7 @@ async def response_lineage(services: Services, response_id: str) -> AdminLineage
     )
 
 
-async def token_account(services: Services, response_id: str) -> AdminTokenAccount:
+async def token_account(services: Runtime, response_id: str) -> AdminTokenAccount:
     async with services.db.read() as session:
         repo = AdminRepository(session)
         chain = await repo.ancestors(response_id)

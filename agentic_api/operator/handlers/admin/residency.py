@@ -31,7 +31,7 @@ from agentic_api.operator.shapes.residency import (
     SessionResidency,
     TurnResidency,
 )
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.session_owners import SessionOwner, conversation_owner, response_owner
 from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from lineage import mint_cache_salt
@@ -225,7 +225,7 @@ def _expected(
     return expected_cached(previous_input_tokens, input_tokens, block)
 
 
-async def conversation_residency(services: Services, conversation_id: str) -> SessionResidency:
+async def conversation_residency(services: Runtime, conversation_id: str) -> SessionResidency:
     async with services.db.read() as session:
         owner = await conversation_owner(session, conversation_id)
         tokens = await _branch(session, services, owner)
@@ -234,7 +234,7 @@ async def conversation_residency(services: Services, conversation_id: str) -> Se
     return session_residency(owner, services.residency, services.secret, tokens)
 
 
-async def response_residency(services: Services, response_id: str) -> SessionResidency:
+async def response_residency(services: Runtime, response_id: str) -> SessionResidency:
     async with services.db.read() as session:
         owner = await response_owner(session, response_id)
         tokens = await _branch(session, services, owner)
@@ -244,7 +244,7 @@ async def response_residency(services: Services, response_id: str) -> SessionRes
 
 
 async def _branch(
-    session: AsyncSession, services: Services, owner: SessionOwner | None
+    session: AsyncSession, services: Runtime, owner: SessionOwner | None
 ) -> array[int] | str | None:
     """The branch response's token ids, read only when there is something to match."""
     if owner is None or owner.branch_response_id is None or services.residency is None:

@@ -13,8 +13,8 @@ from agentic_api.operator.shapes.admin import (
     ListPage,
     TenantCreated,
 )
-from agentic_api.runtime import Services
-from agentic_api.serving.pages import page_of
+from agentic_api.runtime import Runtime
+from agentic_api.serving.pagination import page_of
 from agentic_api.storage.models import Tenant
 
 
@@ -29,7 +29,7 @@ async def require_tenant(repo: AdminRepository, tenant_id: str) -> Tenant:
     return tenant
 
 
-async def list_tenants(services: Services, after: str | None, limit: int) -> ListPage[AdminTenant]:
+async def list_tenants(services: Runtime, after: str | None, limit: int) -> ListPage[AdminTenant]:
     async with services.db.read() as session:
         rows, more = page_of(
             await AdminRepository(session).list_tenants(after=after, limit=limit), limit
@@ -37,7 +37,7 @@ async def list_tenants(services: Services, after: str | None, limit: int) -> Lis
     return list_page([tenant_view(r) for r in rows], more, lambda t: t.id)
 
 
-async def create_tenant(services: Services, name: str, key_name: str | None) -> TenantCreated:
+async def create_tenant(services: Runtime, name: str, key_name: str | None) -> TenantCreated:
     try:
         async with services.db.write() as session:
             repo = AdminRepository(session)
@@ -49,12 +49,12 @@ async def create_tenant(services: Services, name: str, key_name: str | None) -> 
     return TenantCreated(tenant=tenant_view(tenant), api_key=issued_view(key, issued))
 
 
-async def get_tenant(services: Services, tenant_id: str) -> AdminTenant:
+async def get_tenant(services: Runtime, tenant_id: str) -> AdminTenant:
     async with services.db.read() as session:
         return tenant_view(await require_tenant(AdminRepository(session), tenant_id))
 
 
-async def set_disabled(services: Services, tenant_id: str, disabled: bool) -> AdminTenant:
+async def set_disabled(services: Runtime, tenant_id: str, disabled: bool) -> AdminTenant:
     async with services.db.write() as session:
         tenant = await AdminRepository(session).set_disabled(tenant_id, disabled)
     if tenant is None:
@@ -62,7 +62,7 @@ async def set_disabled(services: Services, tenant_id: str, disabled: bool) -> Ad
     return tenant_view(tenant)
 
 
-async def rotate_salt(services: Services, tenant_id: str) -> AdminTenant:
+async def rotate_salt(services: Runtime, tenant_id: str) -> AdminTenant:
     async with services.db.write() as session:
         tenant = await AdminRepository(session).rotate_salt(tenant_id)
     if tenant is None:
@@ -71,7 +71,7 @@ async def rotate_salt(services: Services, tenant_id: str) -> AdminTenant:
 
 
 async def list_api_keys(
-    services: Services, tenant_id: str, after: str | None, limit: int
+    services: Runtime, tenant_id: str, after: str | None, limit: int
 ) -> ListPage[AdminApiKey]:
     async with services.db.read() as session:
         repo = AdminRepository(session)
@@ -80,7 +80,7 @@ async def list_api_keys(
     return list_page([key_view(r) for r in rows], more, lambda k: k.id)
 
 
-async def issue_api_key(services: Services, tenant_id: str, name: str | None) -> IssuedApiKey:
+async def issue_api_key(services: Runtime, tenant_id: str, name: str | None) -> IssuedApiKey:
     async with services.db.write() as session:
         repo = AdminRepository(session)
         tenant = await require_tenant(repo, tenant_id)
@@ -88,7 +88,7 @@ async def issue_api_key(services: Services, tenant_id: str, name: str | None) ->
     return issued_view(key, issued)
 
 
-async def revoke_api_key(services: Services, tenant_id: str, key_id: str) -> AdminApiKey:
+async def revoke_api_key(services: Runtime, tenant_id: str, key_id: str) -> AdminApiKey:
     async with services.db.write() as session:
         key = await AdminRepository(session).revoke_key(tenant_id, key_id)
     if key is None:

@@ -8,13 +8,13 @@ from agentic_api.operator.handlers.admin.tenants import require_tenant
 from agentic_api.operator.handlers.admin.views import list_page, message_turn_view, stats_view
 from agentic_api.operator.queries.admin import AdminRepository, Window
 from agentic_api.operator.shapes.admin import AdminMessageTurn, CacheStatsPage, ListPage, UsageApi
-from agentic_api.runtime import Services
-from agentic_api.serving.pages import page_of
+from agentic_api.runtime import Runtime
+from agentic_api.serving.pagination import page_of
 from agentic_api.storage.message_turns import MessageTurnRepository
 
 
 async def cache_stats(
-    services: Services,
+    services: Runtime,
     tenant_id: str,
     *,
     since: int | None,
@@ -47,7 +47,7 @@ async def cache_stats(
 
 
 async def list_message_turns(
-    services: Services, tenant_id: str, session_id: str | None, after: str | None, limit: int
+    services: Runtime, tenant_id: str, session_id: str | None, after: str | None, limit: int
 ) -> ListPage[AdminMessageTurn]:
     async with services.db.read() as session:
         await require_tenant(AdminRepository(session), tenant_id)

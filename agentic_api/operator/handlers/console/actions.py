@@ -9,7 +9,7 @@ from typing import Literal
 from agentic_api.operator.handlers.admin.views import tenant_view
 from agentic_api.operator.queries.admin import AdminRepository
 from agentic_api.operator.shapes.admin import AdminTenant
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 
 Action = Literal["disable", "enable", "rotate_salt", "purge"]
 ACTIONS: dict[Action, str] = {
@@ -28,7 +28,7 @@ class ActionDone:
     deleted: dict[str, int] | None
 
 
-async def apply_action(services: Services, tenant_id: str, action: Action) -> ActionDone | None:
+async def apply_action(services: Runtime, tenant_id: str, action: Action) -> ActionDone | None:
     """One write transaction; None when there is no such tenant (nothing changed)."""
     async with services.db.write() as session:
         repo = AdminRepository(session)
@@ -47,7 +47,7 @@ async def apply_action(services: Services, tenant_id: str, action: Action) -> Ac
         return ActionDone(tenant_view(tenant), deleted)
 
 
-async def tenant_for_action(services: Services, tenant_id: str) -> AdminTenant | None:
+async def tenant_for_action(services: Runtime, tenant_id: str) -> AdminTenant | None:
     async with services.db.read() as session:
         tenant = await AdminRepository(session).tenants.get(tenant_id)
     return None if tenant is None else tenant_view(tenant)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from agentic_api.operator.handlers.admin.views import tenant_view
 from agentic_api.operator.queries.console import ConsoleRepository, JobRecord, JobState
 from agentic_api.operator.shapes.admin import AdminTenant
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.message_turns import MessageTurnRepository
 from agentic_api.storage.models import MessageTurn
 
@@ -21,7 +21,7 @@ class JobList:
     has_more: bool
 
 
-async def list_jobs(services: Services, state: JobState, *, offset: int, limit: int) -> JobList:
+async def list_jobs(services: Runtime, state: JobState, *, offset: int, limit: int) -> JobList:
     async with services.db.read() as session:
         rows = list(await ConsoleRepository(session).jobs(state, offset=offset, limit=limit))
     return JobList(state, rows[:limit], len(rows) > limit)
@@ -35,7 +35,7 @@ class MessageTurnList:
 
 
 async def list_message_turns(
-    services: Services, tenant_id: str, *, after: str | None, limit: int
+    services: Runtime, tenant_id: str, *, after: str | None, limit: int
 ) -> MessageTurnList | None:
     """Oldest first, as the admin list answers."""
     async with services.db.read() as session:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from agentic_api.errors import NotFound
 from agentic_api.operator.handlers.admin import lineage as admin_lineage
 from agentic_api.operator.shapes.admin import AdminLineage
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 
 
-async def response_lineage(services: Services, response_id: str) -> AdminLineage | None:
+async def response_lineage(services: Runtime, response_id: str) -> AdminLineage | None:
     """Two recursive statements, whatever the depth and the number of forks."""
     try:
         return await admin_lineage.response_lineage(services, response_id)

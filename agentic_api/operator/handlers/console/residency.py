@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from agentic_api.operator.handlers.admin.views import tenant_view
 from agentic_api.operator.queries.console import ConsoleRepository, SessionFilter
 from agentic_api.operator.shapes.admin import AdminTenant
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.session_owners import SessionOwner
 
 
@@ -19,7 +19,7 @@ class RecentSessions:
 
 
 async def recent_sessions(
-    services: Services, tenant_id: str, *, limit: int
+    services: Runtime, tenant_id: str, *, limit: int
 ) -> RecentSessions | None:
     async with services.db.read() as session:
         repo = ConsoleRepository(session)

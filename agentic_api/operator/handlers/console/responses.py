@@ -9,7 +9,7 @@ from agentic_api.operator.handlers.admin.timeline import present_turn
 from agentic_api.operator.queries.admin import AdminRepository
 from agentic_api.operator.queries.console import ConsoleRepository, ItemRecord
 from agentic_api.operator.shapes.admin import AdminTurn
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class ResponseDetail:
 
 
 async def response_detail(
-    services: Services, response_id: str, *, after_position: int | None, limit: int
+    services: Runtime, response_id: str, *, after_position: int | None, limit: int
 ) -> ResponseDetail | None:
     async with services.db.read() as session:
         repo = ConsoleRepository(session)

@@ -14,7 +14,7 @@ from agentic_api.operator.queries.console import (
     SessionSummary,
 )
 from agentic_api.operator.shapes.admin import AdminTenant, hit_ratio
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 
 # What a page passes in: the repository's own filter and sort keys.
 __all__ = ["SessionFilter", "SessionList", "SessionRow", "SessionSort", "list_sessions"]
@@ -36,7 +36,7 @@ class SessionList:
 
 
 async def list_sessions(
-    services: Services,
+    services: Runtime,
     tenant_id: str,
     filters: SessionFilter,
     *,

@@ -12,7 +12,7 @@ from agentic_api.operator.handlers.admin.views import stats_view, tenant_view
 from agentic_api.operator.queries.admin import AdminRepository, UsageTotals, Window
 from agentic_api.operator.queries.console import ConsoleRepository, LostBucket, UsageBucket
 from agentic_api.operator.shapes.admin import AdminTenant, CacheStats, hit_ratio
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.wire.limits import MAX_LIST_LIMIT
 
 # The chart windows a page offers, each with the bucket its points are summed over.
@@ -41,7 +41,7 @@ class TenantList:
     total: int
 
 
-async def list_tenants(services: Services, *, offset: int, limit: int) -> TenantList:
+async def list_tenants(services: Runtime, *, offset: int, limit: int) -> TenantList:
     """A page of tenants with their usage: two statements whatever the page holds."""
     async with services.db.read() as session:
         repo = ConsoleRepository(session)
@@ -117,7 +117,7 @@ async def _series(
 
 
 async def tenant_series(
-    services: Services, tenant_id: str, span: Span, *, now: datetime | None = None
+    services: Runtime, tenant_id: str, span: Span, *, now: datetime | None = None
 ) -> TenantSeries | None:
     """Only the time series (for a chart): three statements."""
     async with services.db.read() as session:
@@ -138,7 +138,7 @@ def _summed(rows: Sequence[UsageTotals]) -> UsageTotals:
 
 
 async def tenant_overview(
-    services: Services, tenant_id: str, span: Span, *, now: datetime | None = None
+    services: Runtime, tenant_id: str, span: Span, *, now: datetime | None = None
 ) -> TenantOverview | None:
     async with services.db.read() as session:
         admin = AdminRepository(session)

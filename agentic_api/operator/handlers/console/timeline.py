@@ -11,7 +11,7 @@ from agentic_api.operator.handlers.admin.views import tenant_view
 from agentic_api.operator.queries.admin import AdminRepository, ConversationRecord, TurnRecord
 from agentic_api.operator.queries.console import ConsoleRepository
 from agentic_api.operator.shapes.admin import AdminTenant, AdminTurn
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Timeline:
 
 
 async def session_timeline(
-    services: Services, tenant_id: str, session_id: str, *, after: str | None, limit: int
+    services: Runtime, tenant_id: str, session_id: str, *, after: str | None, limit: int
 ) -> Timeline | None:
     """A fixed number of statements whatever the page holds (tenant, conversation, turns,
     the turn before the page or the parents outside it, latencies)."""

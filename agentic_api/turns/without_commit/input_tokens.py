@@ -24,7 +24,7 @@ import orjson
 
 from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.log import get_logger
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.wire.requests import CreateResponseRequest
@@ -35,7 +35,7 @@ COUNT_OUTPUT_TOKENS = 1
 
 
 async def count_input_tokens(
-    services: Services, caller: Caller, request: CreateResponseRequest
+    services: Runtime, caller: Caller, request: CreateResponseRequest
 ) -> int:
     turn = await prepare_turn(services, caller, request)
     body = orjson.loads(turn.body)

@@ -1,5 +1,5 @@
 """The one way an item list is paged in SQL: by position, after a cursor's position, in
-either order. ``serving/pages.py`` turns the rows into the list object."""
+either order. ``serving/pagination.py`` turns the rows into the list object."""
 
 from __future__ import annotations
 
