@@ -5,9 +5,10 @@ The admin API (``/admin/v1``), the residency views and the operator console
 them. Only ``agentic_api/app.py`` imports it (an import contract says so). Inside, by
 layer, each importing only the ones below it:
 
-- ``http``: the routes: ``admin.py`` and ``residency.py`` (JSON), ``console/`` (pages);
+- ``http``: the routes: ``http/admin.py`` and ``http/residency.py`` (JSON),
+  ``http/console/`` (pages);
 - ``handlers``: what each route asks for, one read transaction per view
-  (``admin/`` for the API, ``console/`` for the pages);
+  (``handlers/admin/`` for the API, ``handlers/console/`` for the pages);
 - ``queries``: the operator's own SQL over the product's tables (``storage/models.py``),
   read only, never the turn store's hot path;
 - ``shapes``: the pydantic views the admin API emits.

@@ -1,6 +1,6 @@
 """One Responses turn, by phase, each package using only those listed after it:
 
-- ``run.py``, ``stream.py``: the entry points (a turn run to its end; a streamed turn's
+- ``run.py``: the entry points (a turn run to its end; ``TurnStream``, a streamed turn's
   handle);
 - ``prewarm.py``, ``without_commit/``: entry points that prepare a turn and commit
   nothing (a prewarm; its input tokens counted; its history compacted);
