@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from agentic_api.cache.keep_warm import Due, KeepWarm, Pause, Rewarm
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.periodic import Periodic
 from agentic_api.serving.tenants import active_tenant
 from agentic_api.turns.data.caller import Caller
@@ -44,7 +44,7 @@ def continuation_prewarm(paused: CreateResponseRequest, response_id: str) -> Cre
 
 
 class KeepWarmLoop(Periodic):
-    def __init__(self, services: Services, policy: KeepWarm) -> None:
+    def __init__(self, services: Runtime, policy: KeepWarm) -> None:
         super().__init__(services.settings.keep_warm_interval_seconds)
         self.services = services
         self.policy = policy

@@ -12,7 +12,7 @@ from agentic_api.cache.placement import Load
 from agentic_api.cache.placement_book import PlacementBook
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.periodic import Periodic
 from agentic_api.upstream.replica_metrics import read_load
 
@@ -20,7 +20,7 @@ log = get_logger("agentic_api.serving.replica_probe")
 
 
 class ReplicaProbe(Periodic):
-    def __init__(self, services: Services, book: PlacementBook) -> None:
+    def __init__(self, services: Runtime, book: PlacementBook) -> None:
         super().__init__(services.settings.placement_probe_seconds, first_at_once=True)
         self.services = services
         self.book = book

@@ -20,7 +20,7 @@ from agentic_api.cache.residency.events import Batch, BlocksStored
 from agentic_api.cache.residency.tracker import ResidencyTracker
 from agentic_api.cache.residency.tree import content_keys
 from agentic_api.errors import ApiError, UpstreamError
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.settings import Settings
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.runner.placing import RoundPlacer, Target
@@ -93,7 +93,7 @@ def placer(book: PlacementBook, tracker: ResidencyTracker) -> RoundPlacer:
         caller=SimpleNamespace(tenant_id="ten", cache_salt=SALT),
         response_id="resp_new",
     )
-    return RoundPlacer.for_turn(cast(Services, services), cast(PreparedTurn, turn))
+    return RoundPlacer.for_turn(cast(Runtime, services), cast(PreparedTurn, turn))
 
 
 def target_of(round_placer: RoundPlacer) -> tuple[str | None, str, dict[str, int]]:

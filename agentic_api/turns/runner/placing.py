@@ -28,7 +28,7 @@ from agentic_api.cache.placement_book import Placement, PlacementBook, Purpose, 
 from agentic_api.cache.recent import TokenArtifact
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.models import Response
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.runner.tokens import stored_tokens
@@ -123,7 +123,7 @@ class Work:
 class RoundPlacer:
     """One turn's (or prewarm's, compaction's, message's) placement, round after round."""
 
-    def __init__(self, services: Services, work: Work) -> None:
+    def __init__(self, services: Runtime, work: Work) -> None:
         self.services = services
         self.work = work
         self.rounds = 0
@@ -135,7 +135,7 @@ class RoundPlacer:
 
     @classmethod
     def for_turn(
-        cls, services: Services, turn: PreparedTurn, purpose: Purpose = "turn"
+        cls, services: Runtime, turn: PreparedTurn, purpose: Purpose = "turn"
     ) -> RoundPlacer:
         return cls(services, Work.of_turn(turn, purpose))
 
@@ -305,7 +305,7 @@ class RoundPlacer:
 
 
 async def placed_call(
-    services: Services,
+    services: Runtime,
     work: Work,
     send: Callable[[UpstreamClient], Awaitable[T]],
     tokens: Callable[[T], int | None],
@@ -330,7 +330,7 @@ async def placed_call(
 
 @asynccontextmanager
 async def placed_stream(
-    services: Services, work: Work, open_stream: Callable[[UpstreamClient], AsyncContextManager[S]]
+    services: Runtime, work: Work, open_stream: Callable[[UpstreamClient], AsyncContextManager[S]]
 ) -> AsyncIterator[tuple[S, RoundPlacer, Target]]:
     """A streamed round outside a running turn (a Messages stream): opened on its placed
     replica, or once more on the next-best when refused before it opened."""
