@@ -22,10 +22,11 @@ import pytest
 from agentic_api.cache.placement import home_of
 from lineage import resolve_stateless_session
 from tests.conftest import app_server
+from tests.support.console import cells, log_in
 from tests.support.mcp_server import start_mcp_server
 from tests.support.placement import kv_sims, placing_gateway, served, words
 from tests.support.spans import recorded_spans
-from tests.support.tenants import create_tenant
+from tests.support.tenants import create_admin_key, create_tenant
 from tests.support.waiting import eventually, metric
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
@@ -132,6 +133,28 @@ def test_an_emptied_cache_is_never_placed_on(
         decision = gateway.placements(conversation)[-1]
         assert (decision["replica"], decision["reason"]) == (names[0], "home")
         assert all(c["resident_tokens"] == 0 for c in decision["candidates"])
+
+
+def test_the_console_timeline_says_where_each_turn_went(
+    backend: str, fresh_db: str, sims: list[SimServer], names: list[str], tmp_path: Path
+) -> None:
+    with placing_gateway(backend, fresh_db, sims, names, tmp_path) as gateway:
+        conversation = gateway.conversation(home=names[1])
+        first = gateway.turn(conversation, words("task", 60))
+        gateway.wait_resident(first.id, names[1])
+        second = gateway.turn(conversation, "and then?")
+        server = gateway.server
+        with log_in(server.url, create_admin_key(server.db_url)) as console:
+            page = console.get(
+                f"/console/tenants/{gateway.tenant.id}/timeline",
+                params={"session": conversation.id},
+            )
+        assert page.status_code == 200, page.text
+        shown = cells(page.text)
+        assert shown[first.id]["placed"] == f"{names[1]} home , 0 resident"
+        resident = gateway.placements(conversation)[-1]["candidates"][1]["resident_tokens"]
+        assert resident > 0
+        assert shown[second.id]["placed"] == f"{names[1]} resident_prefix , {resident:,} resident"
 
 
 def test_a_refused_round_fails_over_once_and_the_replica_is_ejected(

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from agentic_api.http.auth import services_of
+from agentic_api.operator.handlers.admin.placement import annotate_placements
 from agentic_api.operator.handlers.admin.residency import annotate_timeline, session_residency
 from agentic_api.operator.handlers.console.jobs import JobState, list_jobs, list_message_turns
 from agentic_api.operator.handlers.console.lineage import response_lineage
@@ -143,6 +144,8 @@ async def timeline(request: Request, who: Viewer) -> Response:
     # admin timeline adds it.
     for part in found.comparisons:
         annotate_timeline(part.shown, part.rows, part.before, services.residency)
+    # Where each round went (named replicas), from this process's placement book.
+    annotate_placements(found.turns, services.placement)
     return page(request, "timeline.html", viewer=who, timeline=found)
 
 
