@@ -189,7 +189,8 @@ def test_a_refused_round_fails_over_once_and_the_replica_is_ejected(
 
 def test_a_round_fails_over_at_most_once(backend: str, fresh_db: str, tmp_path: Path) -> None:
     """Two of three replicas refuse: the round tries its first choice and one other, then
-    the client gets the refusal; nothing is stored, the third replica never sees it."""
+    the client gets the refusal; nothing is stored, the third replica never sees it, not
+    even when the client retries with the same Idempotency-Key."""
     names = own_names("o", 3)
     with (
         kv_sims(3, f"po-{backend}") as sims,
@@ -202,11 +203,24 @@ def test_a_round_fails_over_at_most_once(backend: str, fresh_db: str, tmp_path: 
         # configured (loads alike). Only the last one is left running.
         for sim in sims[:2]:
             sim.stop()
+        keyed: Any = {"Idempotency-Key": f"once-{names[0]}"}
         with pytest.raises(openai.APIStatusError) as raised:
-            gateway.turn(conversation, "hello")
+            gateway.turn(conversation, "hello", extra_headers=keyed)
         assert raised.value.status_code == 502
         assert served(sims[2], conversation.id) == 0
         assert not gateway.client.conversations.items.list(conversation.id).data
+        placed = [metric("agentic_placements_total", replica=n, reason="home") for n in names]
+        # The key's outcome is that refusal: its retry is answered with it and never
+        # places the round again (no third replica for one Idempotency-Key).
+        with pytest.raises(openai.APIStatusError) as again:
+            gateway.turn(conversation, "hello", extra_headers=keyed)
+        assert again.value.status_code == 502
+        assert again.value.body == raised.value.body
+        assert [metric("agentic_placements_total", replica=n, reason="home") for n in names] == (
+            placed
+        )
+        assert metric("agentic_placements_total", replica=names[1], reason="failover") == 1
+        assert served(sims[2], conversation.id) == 0
 
 
 def test_a_replica_failing_health_is_ejected_by_the_probe(

@@ -60,6 +60,11 @@ async def upstream_round(
                 # next-best replica (turns/runner/placing.py).
                 retry = run.placer.after_refusal(target, exc)
                 if retry is None:
+                    if run.placer.failed_over:
+                        # Refused on two replicas, the first perhaps after the model had
+                        # started: an Idempotency-Key records this refusal as its outcome,
+                        # so a retry of the key answers it and never places the round again.
+                        exc.after_model = True
                     raise
                 target = retry
         if failure is None:
