@@ -20,6 +20,7 @@ from agentic_api.messages.outcome import MessageContext, MessageOutcome, settle
 from agentic_api.metrics import TurnMeter
 from agentic_api.runtime import Runtime
 from agentic_api.turns.data.caller import Caller
+from agentic_api.turns.prepare.render import SESSION_ID_HEADER
 from agentic_api.turns.runner.placing import Work, placed_call
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire.anthropic import MessagesRequest, forwarded_headers
@@ -69,7 +70,12 @@ def prepare_message(
         user_id=request.user_id,
         first_items=request.session_items(),
     )
-    headers = {**forwarded_headers(version, beta), "X-Session-ID": session_id}
+    headers = {
+        **forwarded_headers(version, beta),
+        "X-Session-ID": session_id,
+        # llm-d's agent-identity header (a router in front of the replicas).
+        SESSION_ID_HEADER: session_id,
+    }
     return PreparedMessage(
         context=MessageContext(caller.tenant_id, request, session_id, source),
         body=request.upstream_body(caller.cache_salt),

@@ -396,3 +396,11 @@ def test_one_upstream_url_is_used_as_before(
         recorded = sim.last("/v1/responses")
         assert recorded.headers["x-session-id"] == conversation.id
         assert recorded.headers["session-id"] == conversation.id
+        with anthropic.Anthropic(
+            base_url=server.url, api_key=client.api_key, max_retries=0, timeout=20
+        ) as claude:
+            claude.messages.create(
+                model="sim-model", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+        message = sim.last("/v1/messages")
+        assert message.headers["session-id"] == message.headers["x-session-id"]
