@@ -174,6 +174,15 @@ async def _settle(
         # Its continuations replay the summary, not this prompt and output: nothing of
         # its tokens is theirs to reuse.
         return TokenRecord(None, None, made)
+    if services.residency is not None:
+        # What vLLM served this round is evidence of blocks held, whether or not this
+        # process heard them stored (it may have started since).
+        services.residency.served(
+            turn.lineage.session_id,
+            turn.caller.cache_salt,
+            last.prompt + last.output,
+            last.cached_tokens,
+        )
     output_types = tuple(item.type for item in model_output)
     kept = TokenArtifact(
         turn.response_id,
