@@ -199,7 +199,8 @@ def test_after_a_restart_a_paused_prefix_cached_before_is_still_kept_warm(
 
         def records() -> list[dict[str, Any]]:
             lineage = admin.get(f"/responses/{paused.id}/lineage").json()
-            found: list[dict[str, Any]] = lineage["ancestors"][0]["rewarms"]
+            # Root first, ending with the paused turn, whose continuation was warmed.
+            found: list[dict[str, Any]] = lineage["ancestors"][-1]["rewarms"]
             return found
 
         with admin:

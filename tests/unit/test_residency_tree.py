@@ -229,13 +229,13 @@ def test_a_turn_served_from_unreported_blocks_grafts_them_whichever_comes_first(
         target, replica = late()
         if evidence_first:
             # The turn's answer is in before its blocks' reports: the evidence waits.
-            target.served("s", SALT, run(1, 2, 3, 4, 5) + [1, 2], 12)
+            target.served("s", SALT, [*run(1, 2, 3, 4, 5), 1, 2], 12)
             assert view(target, 1, 2, 3, 4, 5) == (0, False)
         # Served blocks 1..3 (12 tokens) and stored 4 and 5 under block 3's hash.
         replica.store([4, 5], 3)
         if not evidence_first:
             assert view(target, 1, 2, 3, 4, 5) == (0, False)
-            target.served("s", SALT, run(1, 2, 3, 4, 5) + [1, 2], 12)
+            target.served("s", SALT, [*run(1, 2, 3, 4, 5), 1, 2], 12)
         assert view(target, 1, 2, 3, 4, 5) == (20, True), evidence_first
         assert view(target, 1, 2, 3) == (12, True)
         # The tail goes first, as vLLM evicts: a known stop.
@@ -261,5 +261,5 @@ def test_no_graft_from_another_session_a_removed_parent_or_a_turn_that_stored_no
 
     target, replica = late()
     # Served 12 of 14 tokens: no block of its own, nothing to hang the served ones on.
-    target.served("s", SALT, run(1, 2, 3) + [1, 2], 12)
+    target.served("s", SALT, [*run(1, 2, 3), 1, 2], 12)
     assert view(target, 1, 2, 3) == (0, False)
