@@ -263,3 +263,20 @@ def test_no_graft_from_another_session_a_removed_parent_or_a_turn_that_stored_no
     # Served 12 of 14 tokens: no block of its own, nothing to hang the served ones on.
     target.served("s", SALT, [*run(1, 2, 3), 1, 2], 12)
     assert view(target, 1, 2, 3) == (0, False)
+
+
+def test_evidence_in_before_any_report_uses_the_upstreams_block_size() -> None:
+    target = ResidencyTracker([REPLICA])
+    replica = Replica(target)
+    replica.seq = 57
+    # Nothing reported yet (no block size): the upstream's block size keys the evidence.
+    target.served("s", SALT, run(1, 2, 3, 4, 5), 12, block_size=BLOCK)
+    replica.store([4, 5], 3)
+    assert view(target, 1, 2, 3, 4, 5) == (20, True)
+    # Without it the evidence cannot be read, and the prefix stays unknown.
+    target = ResidencyTracker([REPLICA])
+    replica = Replica(target)
+    replica.seq = 57
+    target.served("s", SALT, run(1, 2, 3, 4, 5), 12)
+    replica.store([4, 5], 3)
+    assert view(target, 1, 2, 3, 4, 5) == (0, False)

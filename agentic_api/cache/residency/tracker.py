@@ -69,22 +69,19 @@ class PrefixOnReplica:
 
 @dataclass(frozen=True, slots=True)
 class _Served:
-    """A turn's evidence of blocks held before this process listened: it was served
-    ``cached`` tokens of ``tokens`` (its prompt + output, cut after what a graft reads)."""
+    """A turn's evidence of blocks held before this process listened: per block size, the
+    content keys of the blocks vLLM served it from the cache and, last, of the first
+    block it stored itself."""
 
     session_id: str | None
     salt: str | None
-    tokens: tuple[int, ...]
-    cached: int
+    keys: dict[int, list[int]]
     at: float
 
 
 # Turns' evidence waiting for their blocks' reports, and for how long.
 SERVED_PENDING = 64
 SERVED_WAIT_SECONDS = 60.0
-# Tokens past the served ones kept with the evidence: the first stored block's, at the
-# largest block size vLLM uses.
-SERVED_TAIL_TOKENS = 512
 
 
 @dataclass(slots=True)
@@ -288,21 +285,38 @@ class ResidencyTracker:
             activity.last_finished = now
 
     def served(
-        self, session_id: str | None, salt: str | None, tokens: Sequence[int], cached: int | None
+        self,
+        session_id: str | None,
+        salt: str | None,
+        tokens: Sequence[int],
+        cached: int | None,
+        block_size: int | None = None,
     ) -> None:
         """A turn's upstream answer: its prompt + output ids, of which vLLM served the
         first ``cached`` from its cache. Those blocks were held then: where a replica
         never reported them (stored before this process listened), they are grafted into
         its tree once the turn's own stored blocks are reported under them (now, or
-        within ``SERVED_WAIT_SECONDS``)."""
+        within ``SERVED_WAIT_SECONDS``). ``block_size``: the upstream's, for replicas
+        that have not reported one yet."""
         if not cached or len(tokens) <= cached:
             return
-        now = self.now()
-        evidence = _Served(
-            session_id, salt, tuple(tokens[: cached + SERVED_TAIL_TOKENS]), cached, now
-        )
         with self._lock:
-            self._served.append(evidence)
+            sizes = {replica.block_size for replica in self._replicas.values()}
+        sizes.add(block_size)
+        # Hashed outside the lock, only as far as a graft reads: the served blocks and the
+        # first one the turn stored (kept only when it filled one).
+        keys = {
+            size: found
+            for size in sizes
+            if size and cached >= size
+            for found in (content_keys(tokens[: (cached // size + 1) * size], size),)
+            if len(found) == cached // size + 1
+        }
+        if not keys:
+            return
+        now = self.now()
+        with self._lock:
+            self._served.append(_Served(session_id, salt, keys, now))
             self._graft_served(now)
 
     def _graft_served(self, now: float) -> None:
@@ -317,14 +331,10 @@ class ResidencyTracker:
         self._served.extend(waiting)
 
     def _graft(self, replica: ReplicaResidency, evidence: _Served) -> bool:
-        size = replica.block_size
-        if not size or evidence.cached < size:
+        keys = evidence.keys.get(replica.block_size or 0)
+        if keys is None:
             return False
-        served = evidence.cached // size
-        keys = content_keys(evidence.tokens[: (served + 1) * size], size)
-        if len(keys) <= served:
-            return False  # the turn filled no block of its own: nothing hangs under them
-        gained = replica.tree.graft(keys[:served], evidence.salt, evidence.session_id, keys[served])
+        gained = replica.tree.graft(keys[:-1], evidence.salt, evidence.session_id, keys[-1])
         if gained:
             metrics.KV_GRAFTED_BLOCKS.labels(replica.name).inc(gained)
         return gained > 0

@@ -182,6 +182,7 @@ async def _settle(
             turn.caller.cache_salt,
             last.prompt + last.output,
             last.cached_tokens,
+            plan.block_size,
         )
     output_types = tuple(item.type for item in model_output)
     kept = TokenArtifact(
