@@ -1,5 +1,7 @@
-"""Which replica each of a turn's upstream rounds is sent to, with named replicas
-(``AGENTIC_UPSTREAM_REPLICAS``; docs/placement.md). Gathers what the rule needs — each
+"""Which replica each upstream round is sent to, with named replicas
+(``AGENTIC_UPSTREAM_REPLICAS``; docs/placement.md): a turn's rounds, and the calls that
+prepare a turn without committing it (prewarm, keep-warm's re-warms, ``/compact``, the
+``input_tokens`` prefill) or have no stored turn (Anthropic Messages). Gathers what the rule needs — each
 replica's resident share of the branch's prefix (the residency tree, read with the
 parent's own prompt + output token ids), its load and health (the placement book, kept by
 ``serving/replica_probe.py``), the replica that served the previous round — hands it to
@@ -9,9 +11,10 @@ decides.
 
 A round refused before any byte reached the client (connection refused, a 5xx or a
 timeout before the answer began) is placed once more, on the rule's next-best replica
-(``failover``); at most once per turn, so one Idempotency-Key never runs on three
-replicas. A refused connection also ejects the replica for a back-off and drops its
-residency. With one upstream URL (a router, one vLLM) nothing here changes the round.
+(``failover``), at most once per turn; refused there too, the refusal is the answer (and
+an Idempotency-Key's recorded outcome: ``turns/runner/round.py``), so one key never runs
+on a third replica. A refused connection also ejects the replica for a back-off and drops
+its residency. With one upstream URL (a router, one vLLM) nothing here changes the round.
 """
 
 from __future__ import annotations
