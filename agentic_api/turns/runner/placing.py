@@ -1,13 +1,13 @@
 """Which replica each upstream round is sent to, with named replicas
 (``AGENTIC_UPSTREAM_REPLICAS``; docs/placement.md): a turn's rounds, and the calls that
 prepare a turn without committing it (prewarm, keep-warm's re-warms, ``/compact``, the
-``input_tokens`` prefill) or have no stored turn (Anthropic Messages). Gathers what the rule needs — each
-replica's resident share of the branch's prefix (the residency tree, read with the
-parent's own prompt + output token ids), its load and health (the placement book, kept by
-``serving/replica_probe.py``), the replica that served the previous round — hands it to
-the pure rule (``cache/placement.py``), records the decision (timeline, metrics, the
-round's span) and gives the round the client to send with. The client sends; it never
-decides.
+``input_tokens`` prefill) or have no stored turn (Anthropic Messages). Gathers what the
+rule needs — each replica's resident share of the branch's prefix (the residency tree,
+read with the parent's own prompt + output token ids), its load and health (the placement
+book, kept by ``serving/replica_probe.py``), the replica that served the previous round —
+hands it to the pure rule (``cache/placement.py``), records the decision (timeline,
+metrics, the round's span) and gives the round the client to send with. The client
+sends; it never decides.
 
 A round refused before any byte reached the client (connection refused, a 5xx or a
 timeout before the answer began) is placed once more, on the rule's next-best replica
