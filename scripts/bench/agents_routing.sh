@@ -345,7 +345,7 @@ for RUN in $RUNS; do
   fi
   # Our server's own account of the run (keep-warm: re-warms, tokens, skips).
   curl -fs "http://127.0.0.1:$port/metrics" \
-    | grep -E "^agentic_(keep_warm|kv_evicted_before_resume|placement|replica_ejections)" \
+    | grep -E "^agentic_(keep_warm|kv_evicted_before_resume|kv_coverage_resets|placement|replica_ejections)" \
     >"$OUT/$RUN.ours.prom" || true
   [[ $RUN == pinned_* ]] || stop router
   jsons+=("$OUT/$RUN.json")
