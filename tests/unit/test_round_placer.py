@@ -118,10 +118,14 @@ def test_the_previous_rounds_replica_is_presumed_while_its_events_lag(
     book: PlacementBook, tracker: ResidencyTracker, clock: Clock
 ) -> None:
     tracker.apply("a", stored(0, 2))  # a shared prefix, seen on a
-    book.served("resp_parent", "b", len(BRANCH))  # b served the parent; no event since
+    tracker.apply("b", stored(0, 1))  # b said its block size, before the parent's round
+    clock.now += 1
+    # b served the parent (its prompt + output: 8 full blocks and 5 tokens); no event since.
+    book.served("resp_parent", "b", len(BRANCH) + 5)
     clock.now += 1
     replica, reason, resident = target_of(placer(book, tracker))
     assert (replica, reason) == ("b", "resident_prefix")
+    # Presumed in full blocks, as its events would say it.
     assert resident == {"a": 2 * BLOCK, "b": len(BRANCH)}
 
 

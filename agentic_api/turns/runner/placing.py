@@ -29,6 +29,7 @@ from agentic_api import tracing
 from agentic_api.cache.placement import Candidate, Decision, Limits, failover, place
 from agentic_api.cache.placement_book import Placement, PlacementBook, Purpose, Served
 from agentic_api.cache.recent import TokenArtifact
+from agentic_api.cache.residency.tracker import PrefixOnReplica, SessionOnReplica
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
 from agentic_api.runtime import Runtime
@@ -135,6 +136,8 @@ class RoundPlacer:
         self._last: Served | None = None
         self._branch: Sequence[int] | None = None
         self._branch_read = False
+        # Each replica's KV block size, as its events said (read with the residency).
+        self._block_sizes: dict[str, int | None] = {}
 
     @classmethod
     def for_turn(
@@ -247,14 +250,15 @@ class RoundPlacer:
         if residency is None:
             return {}
         branch = await self._branch_tokens()
+        views: Sequence[PrefixOnReplica | SessionOnReplica]
         if branch is not None:
-            found = residency.prefix(branch, self.work.salt)
-            return {view.replica: view.resident_tokens for view in found}
-        if not self.work.session_tally:
-            return {}
-        return {
-            view.replica: view.resident_tokens for view in residency.session(self.work.session_id)
-        }
+            views = residency.prefix(branch, self.work.salt)
+        elif self.work.session_tally:
+            views = residency.session(self.work.session_id)
+        else:
+            views = ()
+        self._block_sizes = {view.replica: view.block_size for view in views}
+        return {view.replica: view.resident_tokens for view in views}
 
     async def _branch_tokens(self) -> Sequence[int] | None:
         if not self._branch_read:
@@ -282,7 +286,9 @@ class RoundPlacer:
                 return 0  # its events since say what it holds
         if previous.replica in book.ejected():
             return 0
-        return previous.tokens
+        # In full blocks, as the events would say it (when the replica said its size).
+        size = self._block_sizes.get(previous.replica)
+        return previous.tokens // size * size if size else previous.tokens
 
     def _chosen(self, book: PlacementBook, decision: Decision, counted: bool = True) -> Target:
         work = self.work
