@@ -337,8 +337,9 @@ class Settings(BaseSettings):
         description="Each replica's vLLM /metrics URL, as `name=url` pairs (names as in "
         "kv_events_endpoints), for the pressure bound: no re-warm while the replica has more "
         "than keep_warm_max_waiting requests waiting or its running requests hold more than "
-        "keep_warm_max_kv_usage of its KV cache (or its page cannot be read). A replica "
-        "without a URL is re-warmed without that check (each record says so).",
+        "keep_warm_max_kv_usage of its KV cache (or its page cannot be read). A named replica "
+        "of upstream_replicas without one here is read at its own URL's /metrics; any other "
+        "replica without a URL is re-warmed without that check (each record says so).",
     )
     keep_warm_max_waiting: float = Field(
         0, ge=0, description="Requests waiting on a replica above which it is under pressure."

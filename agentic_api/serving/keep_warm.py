@@ -65,7 +65,7 @@ class KeepWarmLoop(Periodic):
         the replica); None when the replica is under pressure, or holds more paused
         sessions than its KV cache fits and this one is not among them (skipped)."""
         settings = self.services.settings
-        url = settings.keep_warm_replica_metrics.get(due.replica or "")
+        url = self._metrics_url(due.replica or "")
         if url is None:
             return False
         load = await read_load(self.session, url)
@@ -83,6 +83,14 @@ class KeepWarmLoop(Periodic):
             self.policy.skip(due.pause, "capacity")
             return None
         return True
+
+    def _metrics_url(self, replica: str) -> str | None:
+        """The replica's ``/metrics``: as configured for keep-warm, else, for a named
+        replica the gateway places on (``AGENTIC_UPSTREAM_REPLICAS``), its own server's."""
+        url = self.services.settings.keep_warm_replica_metrics.get(replica)
+        if url is None and replica in self.services.replicas:
+            url = f"{self.services.replicas[replica].base_url}/metrics"
+        return url
 
     def _tokens_of(self, pause: Pause) -> Sequence[int] | None:
         kept = self.services.artifacts.get(pause.tenant_id, pause.response_id)

@@ -277,19 +277,20 @@ def test_a_session_paused_past_the_ttl_is_forgotten(
         assert rewarms(kv_sim, agent.session_id) == []
 
 
+@pytest.mark.parametrize("named", [False, True], ids=["metrics_url", "named_replica"])
 def test_no_rewarm_while_the_replica_is_under_pressure(
-    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path, named: bool
 ) -> None:
     pressure_before = metric("agentic_keep_warm_skipped_total", reason="pressure")
+    # Its /metrics URL given for keep-warm, or found from the named replica the gateway
+    # places on (AGENTIC_UPSTREAM_REPLICAS: the same server).
+    where: dict[str, object] = (
+        {"upstream_replicas": {replica: kv_sim.url}}
+        if named
+        else {"keep_warm_replica_metrics": {replica: f"{kv_sim.url}/metrics"}}
+    )
     with (
-        keep_warm_server(
-            backend,
-            fresh_db,
-            kv_sim,
-            replica,
-            tmp_path,
-            keep_warm_replica_metrics={replica: f"{kv_sim.url}/metrics"},
-        ) as server,
+        keep_warm_server(backend, fresh_db, kv_sim, replica, tmp_path, **where) as server,
         admin_client(server) as admin,
     ):
         agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
