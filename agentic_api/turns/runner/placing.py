@@ -164,6 +164,26 @@ class RoundPlacer:
         )
         return self._chosen(book, decision)
 
+    async def call(
+        self, send: Callable[[UpstreamClient], Awaitable[T]], tokens: Callable[[T], int | None]
+    ) -> T:
+        """One JSON round of this work: placed, sent, failed over once when refused before
+        any byte reached the client, its answer recorded (``tokens``: its prompt + output,
+        as the answer says). A multi-agent tree's agent rounds, each a JSON call, take this
+        path with the root turn's placer, so the whole tree shares the root's placement."""
+        target = await self.target()
+        while True:
+            try:
+                answer = await send(target.client)
+            except ApiError as exc:
+                retry = self.after_refusal(target, exc)
+                if retry is None:
+                    raise
+                target = retry
+                continue
+            self.answered(target, tokens(answer))
+            return answer
+
     def after_refusal(self, target: Target, error: ApiError) -> Target | None:
         """``target``'s round was refused before any byte reached the client: eject its
         replica where it could not be reached, and the next-best target when this turn
@@ -322,19 +342,7 @@ async def placed_call(
     """One JSON round outside a running turn (a prewarm, ``/v1/responses/compact``, a
     Messages call): placed like a turn's round, failed over once when refused, its answer
     returned (``tokens``: its prompt + output, as the answer says)."""
-    placer = RoundPlacer(services, work)
-    target = await placer.target()
-    while True:
-        try:
-            answer = await send(target.client)
-        except ApiError as exc:
-            retry = placer.after_refusal(target, exc)
-            if retry is None:
-                raise
-            target = retry
-            continue
-        placer.answered(target, tokens(answer))
-        return answer
+    return await RoundPlacer(services, work).call(send, tokens)
 
 
 @asynccontextmanager
