@@ -16,8 +16,7 @@ from agentic_api.storage.conversations import ConversationRepository
 from agentic_api.storage.models import Conversation
 from agentic_api.storage.types import to_unix
 from agentic_api.turns.prepare.errors import conversation_not_found
-from agentic_api.wire.conversations import conversation_object
-from agentic_api.wire.items import Item
+from agentic_api.wire.conversations import NewConversation, conversation_object
 
 
 def _object(row: Conversation) -> dict[str, Any]:
@@ -28,11 +27,11 @@ def _item_not_found(item_id: str) -> ApiError:
     return NotFound(f"Item with id '{item_id}' not found in this conversation.")
 
 
-async def create(
-    services: Services, tenant_id: str, items: list[Item], metadata: dict[str, str]
-) -> dict[str, Any]:
+async def create(services: Services, tenant_id: str, new: NewConversation) -> dict[str, Any]:
     async with services.db.write() as session:
-        row = await ConversationRepository(session).create(tenant_id, metadata, new_items(items))
+        row = await ConversationRepository(session).create(
+            tenant_id, new.metadata, new_items(new.items), safety_identifier=new.safety_identifier
+        )
     return _object(row)
 
 
