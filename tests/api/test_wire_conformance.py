@@ -369,7 +369,9 @@ def test_tools_and_formats_are_echoed_with_description_and_strict(
     assert (form["description"], form["strict"]) == (None, None)
     # What the client set is echoed as set.
     given = client.responses.create(
-        model=MODEL, input="q", tools=[{**TOOL, "description": "Looks up.", "strict": True}]
+        model=MODEL,
+        input="q",
+        tools=[unchecked({**TOOL, "description": "Looks up.", "strict": True})],
     )
     echoed = given.tools[0]
     assert echoed.type == "function"
