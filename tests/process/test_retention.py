@@ -7,6 +7,7 @@ process's own clock is never touched)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -37,36 +38,29 @@ OLD = datetime(2020, 1, 1, tzinfo=UTC)
 BATCH_ROWS = 2
 
 
-@pytest.fixture
-def tenant(fresh_db: str) -> TenantKeys:
-    return create_tenant(fresh_db)
-
-
-@pytest.fixture
-def processes() -> Iterator[list[Process]]:
-    started: list[Process] = []
-    yield started
-    for process in started:
-        process.stop()
-
-
-def serve(
-    fresh_db: str, sim: SimServer, tmp_path: Path, processes: list[Process], **settings: object
-) -> Process:
+@contextlib.contextmanager
+def serving(fresh_db: str, sim: SimServer, tmp_path: Path, **settings: object) -> Iterator[Process]:
+    """``serve`` with ``settings`` (and Messages turns recorded), stopped afterwards."""
     env = process_env(
         fresh_db,
         sim.url,
         tmp_path / "data",
-        retention_days=1,
-        retention_interval_seconds=0.3,
-        retention_batch_rows=BATCH_ROWS,
         background_poll_seconds=0.2,
         messages_record_turns="true",
         **settings,
     )
     process = Process.serve(env)
-    processes.append(process)
-    return process
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+RETENTION: dict[str, object] = {
+    "retention_days": 1,
+    "retention_interval_seconds": 0.3,
+    "retention_batch_rows": BATCH_ROWS,
+}
 
 
 def pruned(process: Process, kind: str) -> float:
@@ -141,12 +135,20 @@ def test_old_rows_go_in_batches_and_live_chains_stay(
     fresh_db: str,
     sim: SimServer,
     tmp_path: Path,
-    tenant: TenantKeys,
-    processes: list[Process],
 ) -> None:
-    process = serve(
-        fresh_db, sim, tmp_path, processes, retention_conversations=str(conversations).lower()
-    )
+    with serving(
+        fresh_db,
+        sim,
+        tmp_path,
+        retention_conversations=str(conversations).lower(),
+        **RETENTION,
+    ) as process:
+        check_retention(process, fresh_db, create_tenant(fresh_db), conversations=conversations)
+
+
+def check_retention(
+    process: Process, fresh_db: str, tenant: TenantKeys, *, conversations: bool
+) -> None:
     client = openai_client(f"{process.url}/v1", tenant.api_key, timeout=30)
     # An old chain of three streamed turns: items, events and token ids stored for each.
     old_chain = chain(client, 3, stream=True)
@@ -205,16 +207,13 @@ def test_old_rows_go_in_batches_and_live_chains_stay(
         assert pruned(process, "conversations") == 0
 
 
-def test_retention_is_off_by_default(
-    fresh_db: str, sim: SimServer, tmp_path: Path, tenant: TenantKeys, processes: list[Process]
-) -> None:
-    env = process_env(fresh_db, sim.url, tmp_path / "data", background_poll_seconds=0.2)
-    process = Process.serve(env)
-    processes.append(process)
-    client = openai_client(f"{process.url}/v1", tenant.api_key, timeout=30)
-    old = client.responses.create(model=MODEL, input="old").id
-    backdate_response(fresh_db, old)
-    # The sweep runs every few seconds whatever retention says (leases, idempotency).
-    time.sleep(3)
-    assert client.responses.retrieve(old).status == "completed"
-    assert pruned(process, "responses") == 0
+def test_retention_is_off_by_default(fresh_db: str, sim: SimServer, tmp_path: Path) -> None:
+    tenant = create_tenant(fresh_db)
+    with serving(fresh_db, sim, tmp_path) as process:
+        client = openai_client(f"{process.url}/v1", tenant.api_key, timeout=30)
+        old = client.responses.create(model=MODEL, input="old").id
+        backdate_response(fresh_db, old)
+        # The sweep runs every few seconds whatever retention says (leases, idempotency).
+        time.sleep(3)
+        assert client.responses.retrieve(old).status == "completed"
+        assert pruned(process, "responses") == 0
