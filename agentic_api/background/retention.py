@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from agentic_api.metrics import RETENTION_PRUNED
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.retention import RetentionRepository
 from agentic_api.storage.types import utcnow
 
@@ -47,7 +47,7 @@ class Pruned:
             RETENTION_PRUNED.labels(kind).inc(count)
 
 
-async def prune_expired(services: Services, now: datetime | None = None) -> Pruned:
+async def prune_expired(services: Runtime, now: datetime | None = None) -> Pruned:
     """One sweep: deletes what retention lets go, batch by batch (nothing when
     ``AGENTIC_RETENTION_DAYS`` is unset)."""
     settings = services.settings
