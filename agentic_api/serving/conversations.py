@@ -6,6 +6,7 @@ Every query is scoped to the caller's tenant, so another tenant's conversation i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
@@ -17,6 +18,7 @@ from agentic_api.storage.models import Conversation
 from agentic_api.storage.types import to_unix
 from agentic_api.turns.prepare.errors import conversation_not_found
 from agentic_api.wire.conversations import NewConversation, conversation_object
+from agentic_api.wire.reasoning_seal import wants_sealed_reasoning
 
 
 def _object(row: Conversation) -> dict[str, Any]:
@@ -69,8 +71,11 @@ async def list_items(
     after: str | None,
     limit: int,
     descending: bool,
+    include: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One page of the conversation's items, as a list object."""
+    """One page of the conversation's items, as a list object (``include`` checked by
+    the route: each value is honoured by items being shown as stored, reasoning sealed
+    when asked)."""
     async with services.db.read() as session:
         repo = ConversationRepository(session)
         if not await repo.exists(tenant_id, conversation_id):
@@ -90,11 +95,15 @@ async def list_items(
             limit=limit + 1,
             descending=descending,
         )
-    return item_page(rows, limit)
+    return item_page(rows, limit, sealed=wants_sealed_reasoning(include))
 
 
 async def retrieve_item(
-    services: Runtime, tenant_id: str, conversation_id: str, item_id: str
+    services: Runtime,
+    tenant_id: str,
+    conversation_id: str,
+    item_id: str,
+    include: Sequence[str] = (),
 ) -> dict[str, Any]:
     async with services.db.read() as session:
         repo = ConversationRepository(session)
@@ -103,7 +112,7 @@ async def retrieve_item(
         row = await repo.item(tenant_id, conversation_id, item_id)
     if row is None:
         raise _item_not_found(item_id)
-    return shown_item(row)
+    return shown_item(row, sealed=wants_sealed_reasoning(include))
 
 
 async def delete_item(

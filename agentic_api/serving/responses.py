@@ -86,7 +86,7 @@ async def retrieve(
 
 
 def _with_included(body: dict[str, Any], include: Sequence[str]) -> dict[str, Any]:
-    if not wants_sealed_reasoning(list(include)) or not isinstance(body.get("output"), list):
+    if not wants_sealed_reasoning(include) or not isinstance(body.get("output"), list):
         return body
     return {**body, "output": [sealed_reasoning(item) for item in body["output"]]}
 
@@ -114,8 +114,10 @@ async def input_items(
     after: str | None,
     limit: int,
     descending: bool,
+    include: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One page of the response's input items, as a list object."""
+    """One page of the response's input items, as a list object (``include`` as for
+    ``retrieve``)."""
     async with services.db.read() as session:
         repo = ResponseRepository(session)
         row = await repo.get(tenant_id, response_id)
@@ -133,7 +135,7 @@ async def input_items(
         rows = await repo.input_items(
             row.id, after_position=after_position, limit=limit + 1, descending=descending
         )
-    return item_page(rows, limit)
+    return item_page(rows, limit, sealed=wants_sealed_reasoning(include))
 
 
 async def cancel(services: Runtime, tenant_id: str, response_id: str) -> dict[str, Any]:

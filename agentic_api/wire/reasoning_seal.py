@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -27,7 +28,7 @@ INCLUDE_VALUE = "reasoning.encrypted_content"
 SEAL_PREFIX = "agentic-reasoning.v1."
 
 
-def wants_sealed_reasoning(include: list[str] | None) -> bool:
+def wants_sealed_reasoning(include: Sequence[str] | None) -> bool:
     return INCLUDE_VALUE in (include or ())
 
 
@@ -53,11 +54,13 @@ def unseal(value: Any) -> list[dict[str, Any]] | None:
 
 
 def sealed_reasoning(item: dict[str, Any]) -> dict[str, Any]:
-    """A finished reasoning item with its content sealed into ``encrypted_content``."""
-    if item.get("type") != "reasoning":
-        return item
+    """A reasoning item with its readable content sealed into ``encrypted_content``; an
+    item with no readable content is left as it is (a client's item may carry another
+    provider's blob, which must not be replaced)."""
     content = item.get("content")
-    return {**item, "encrypted_content": seal(content if isinstance(content, list) else [])}
+    if item.get("type") != "reasoning" or not isinstance(content, list) or not content:
+        return item
+    return {**item, "encrypted_content": seal(content)}
 
 
 def reasoning_content(item: dict[str, Any]) -> list[Any] | None:

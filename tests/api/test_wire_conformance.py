@@ -230,6 +230,37 @@ def test_without_the_include_reasoning_carries_no_encrypted_content(
     assert sealed is not None and sealed.startswith(SEAL_PREFIX)
 
 
+def test_listings_seal_reasoning_when_asked_and_keep_other_blobs(
+    client: OpenAI, sim: SimServer
+) -> None:
+    sim.push(Reply("answer", reasoning="thinking"))
+    conversation = client.conversations.create()
+    client.responses.create(model=MODEL, input="q", conversation=conversation.id)
+    plain = reasoning_of(list(client.conversations.items.list(conversation.id)))
+    assert "encrypted_content" not in plain.model_fields_set
+    listed = client.conversations.items.list(
+        conversation.id, include=["reasoning.encrypted_content"]
+    )
+    sealed = reasoning_of(list(listed)).encrypted_content
+    assert sealed is not None and sealed.startswith(SEAL_PREFIX)
+    one = client.conversations.items.retrieve(
+        plain.id, conversation_id=conversation.id, include=["reasoning.encrypted_content"]
+    )
+    assert isinstance(one, ResponseReasoningItem) and one.encrypted_content == sealed
+    # A client's item holding another provider's blob and no content is shown as sent.
+    foreign = {
+        "type": "reasoning",
+        "id": "rs_foreign",
+        "summary": [],
+        "encrypted_content": "gAAAAB-opaque",
+    }
+    answer = client.responses.create(
+        model=MODEL, input=[{"role": "user", "content": "q"}, unchecked(foreign)]
+    )
+    inputs = client.responses.input_items.list(answer.id, include=["reasoning.encrypted_content"])
+    assert reasoning_of(inputs.data).encrypted_content == "gAAAAB-opaque"
+
+
 @pytest.mark.parametrize("key", ["include", "include[]"])
 def test_reading_routes_refuse_an_unknown_include(
     key: str, client: OpenAI, server: RunningServer, tenant: TenantKeys

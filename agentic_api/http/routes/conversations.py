@@ -134,7 +134,6 @@ async def list_items(
     order: Literal["asc", "desc"] = "desc",
     include: Include = None,
 ) -> JsonResponse:
-    checked_include(request)
     page = await conversations.list_items(
         services_of(request),
         tenant.id,
@@ -142,6 +141,7 @@ async def list_items(
         after=after,
         limit=limit,
         descending=order == "desc",
+        include=checked_include(request),
     )
     return JsonResponse(page)
 
@@ -158,10 +158,12 @@ async def list_items(
 async def retrieve_item(
     conversation_id: str, item_id: str, request: Request, tenant: Tenant, include: Include = None
 ) -> JsonResponse:
-    checked_include(request)
     services = services_of(request)
+    included = checked_include(request)
     return JsonResponse(
-        await conversations.retrieve_item(services, tenant.id, conversation_id, item_id)
+        await conversations.retrieve_item(
+            services, tenant.id, conversation_id, item_id, include=included
+        )
     )
 
 

@@ -106,9 +106,9 @@ async def list_input_items(
     order: Literal["asc", "desc"] = "desc",
     include: Annotated[list[str] | None, Query(alias="include[]")] = None,
 ) -> dict[str, Any]:
-    # Stored input items are shown as sent (an image's URL included): every value the
-    # check lets through is honoured by that.
-    checked_include(request)
+    # Stored input items are shown as sent (an image's URL included); reasoning sealed
+    # when asked.
+    included = checked_include(request)
     return await responses.input_items(
         services_of(request),
         tenant.id,
@@ -116,4 +116,5 @@ async def list_input_items(
         after=after,
         limit=limit,
         descending=order == "desc",
+        include=included,
     )
