@@ -47,7 +47,7 @@ class KeyMemo:
     first lookup ended read the database itself, and on a busy server the reads of a
     burst (each memo expiry under a steady load) queued behind one another: at 64
     concurrent streams, the slowest requests waited ~100 ms for their key
-    (docs/benchmarks/streaming/README.md). A key asked for in the last
+    (docs/benchmarks/streaming/README.md at commit 6a12cfe). A key asked for in the last
     KEY_REFRESH_AHEAD_SECONDS of its entry is answered from the memo and looked up again
     meanwhile, so that under steady traffic no request waits for that read; the entry
     still ends when its time is up, and a lookup that finds the key gone (revoked, its
