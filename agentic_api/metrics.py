@@ -141,6 +141,13 @@ BACKGROUND_RECOVERED = Counter(
     "failed with worker_lost.",
     ["action"],
 )
+RETENTION_PRUNED = Counter(
+    "agentic_retention_pruned_total",
+    "Rows deleted by retention (AGENTIC_RETENTION_DAYS), by kind: responses (each with "
+    "its items, events, token ids and job), conversations (with their items and "
+    "responses), message_turns.",
+    ["kind"],
+)
 
 TOKEN_ACCOUNTS = Counter(
     "agentic_token_accounts_total",
