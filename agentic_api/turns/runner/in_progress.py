@@ -69,7 +69,11 @@ class TurnInProgress:
         self.streaming = streams_upstream(turn.request)
         # Which replica each round goes to (named replicas), and the turn's one failover.
         self.placer = RoundPlacer.for_turn(
-            services, turn, "compaction" if turn.compacts else "turn"
+            services,
+            turn,
+            "compaction" if turn.compacts else "turn",
+            # The parent's token ids, when the token plan is reading them already.
+            parent_tokens=None if tokens is None else tokens.parent,
         )
         self.meter = TurnMeter(
             model=turn.request.model,

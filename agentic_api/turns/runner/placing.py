@@ -127,9 +127,16 @@ class Work:
 class RoundPlacer:
     """One turn's (or prewarm's, compaction's, message's) placement, round after round."""
 
-    def __init__(self, services: Runtime, work: Work) -> None:
+    def __init__(
+        self,
+        services: Runtime,
+        work: Work,
+        parent_tokens: Awaitable[TokenArtifact | str] | None = None,
+    ) -> None:
         self.services = services
         self.work = work
+        # The parent's token ids being read already (the turn's token plan), if so.
+        self._parent_tokens = parent_tokens
         self.rounds = 0
         self.failed_over = False
         # The replica that answered this work's previous round, and when.
@@ -141,9 +148,14 @@ class RoundPlacer:
 
     @classmethod
     def for_turn(
-        cls, services: Runtime, turn: PreparedTurn, purpose: Purpose = "turn"
+        cls,
+        services: Runtime,
+        turn: PreparedTurn,
+        purpose: Purpose = "turn",
+        *,
+        parent_tokens: Awaitable[TokenArtifact | str] | None = None,
     ) -> RoundPlacer:
-        return cls(services, Work.of_turn(turn, purpose))
+        return cls(services, Work.of_turn(turn, purpose), parent_tokens)
 
     @property
     def book(self) -> PlacementBook | None:
@@ -285,7 +297,11 @@ class RoundPlacer:
             self._branch_read = True
             parent = self.work.parent
             if parent is not None:
-                found = await stored_tokens(self.services, self.work.tenant_id, parent)
+                found = await (
+                    self._parent_tokens
+                    if self._parent_tokens is not None
+                    else stored_tokens(self.services, self.work.tenant_id, parent)
+                )
                 if isinstance(found, TokenArtifact):
                     self._branch = found.prompt + found.output
         return self._branch
