@@ -24,7 +24,7 @@ from lineage import resolve_stateless_session
 from tests.conftest import app_server
 from tests.support.console import cells, log_in
 from tests.support.mcp_server import start_mcp_server
-from tests.support.placement import kv_sims, placing_gateway, served, words
+from tests.support.placement import kv_sims, placing_gateway, served, wait_probed, words
 from tests.support.spans import recorded_spans
 from tests.support.tenants import create_admin_key, create_tenant
 from tests.support.waiting import eventually, metric
@@ -96,11 +96,11 @@ def test_a_saturated_replica_spills_and_the_prefix_follows(
         gateway.turn(conversation, words("task", 100))
         # The home is saturated now (requests waiting past the limit) and the probe sees it.
         home.state.load = (9.0, 0.5)
-        time.sleep(0.3)
+        wait_probed(home)
         spilled = gateway.turn(conversation, "next step")
         assert (served(home, conversation.id), served(away, conversation.id)) == (1, 1)
         home.state.load = (0.0, 0.1)
-        time.sleep(0.3)
+        wait_probed(home)
         # The spilled turn's prompt + output are the longest prefix now: it stays there.
         gateway.wait_resident(spilled.id, names[1])
         last = gateway.turn(conversation, "and the last one")

@@ -136,3 +136,11 @@ def served(sim: SimServer, session_id: str) -> int:
 
 def words(tag: str, count: int) -> str:
     return " ".join(f"{tag}{i}" for i in range(count))
+
+
+def wait_probed(sim: SimServer, reads: int = 2) -> None:
+    """Until the gateway's probe has read the simulator's /metrics ``reads`` more times: a
+    load set before this call is then what the placement book holds (a read is stored
+    before the next one starts)."""
+    start = sim.calls("/metrics")
+    eventually(lambda: sim.calls("/metrics") >= start + reads, "the probe's next reads")
