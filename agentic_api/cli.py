@@ -21,6 +21,8 @@ from agentic_api.serve_workers import WORKER_HEALTHCHECK_SECONDS, available_cpus
 from agentic_api.settings import ConfigError, Settings
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from agentic_api.storage.tenants import TenantRepository
 
 # What touches the database (SQLAlchemy, the models, alembic) is imported by the commands
@@ -239,7 +241,23 @@ def serve(
         )
     os.environ["AGENTIC_AUTO_MIGRATE"] = "false"
     with _shared_metrics_dir():
-        uvicorn.run("agentic_api.app:create_worker_app", factory=True, workers=plan.count, **common)
+        _supervise(
+            uvicorn.Config(
+                "agentic_api.app:create_worker_app", factory=True, workers=plan.count, **common
+            )
+        )
+
+
+def _supervise(config: uvicorn.Config) -> None:
+    """uvicorn.run's several-workers path, with our supervisor (worker_supervisor.py)."""
+    from agentic_api.worker_supervisor import WorkerSupervisor
+
+    socket = config.bind_socket()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            WorkerSupervisor(config, sockets=[socket]).run()
+    finally:
+        socket.close()
 
 
 @contextlib.contextmanager
