@@ -24,6 +24,7 @@ from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker
 from agentic_api.http import console
+from agentic_api.http.credential_conflict import CredentialConflictMiddleware
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
 from agentic_api.http.middleware import (
@@ -309,6 +310,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(HotRouteMiddleware, route=find_route(responses.router.routes))
     app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(UrlMiddleware)
+    app.add_middleware(CredentialConflictMiddleware)
     # Inside the request id (the 500 carries it and is logged as one), outside the rest.
     app.add_middleware(UnhandledErrorMiddleware)
     app.add_middleware(RequestContextMiddleware)
