@@ -48,7 +48,7 @@ from agentic_api.http.routes import (
     websocket,
 )
 from agentic_api.log import configure_logging, get_logger
-from agentic_api.metrics import mark_this_process_dead
+from agentic_api.metrics import label_tenants, mark_this_process_dead
 from agentic_api.runtime import Services
 from agentic_api.serving.keep_warm import KeepWarmLoop
 from agentic_api.serving.tenants import LOCAL_TENANT_NAME, KeyMemo
@@ -296,6 +296,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ]
     if settings.metrics_enabled:
         routers.append(metrics.router)
+    label_tenants(settings.metrics_tenant_labels)
     for router in routers:
         app.include_router(router)
     if settings.console_enabled:

@@ -344,8 +344,21 @@ class Settings(BaseSettings):
     )
     metrics_enabled: bool = Field(
         True,
-        description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "
-        "internal, or turn this off).",
+        description="Serve Prometheus metrics at GET /metrics (open to anyone who reaches the "
+        "port unless metrics_token is set: keep the port internal, set a token, or turn this "
+        "off).",
+    )
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="When set, GET /metrics answers only requests with 'Authorization: Bearer "
+        "<this token>' (a 401 otherwise); Prometheus sends it with its scrape config's "
+        "authorization.credentials. Unset: /metrics is open.",
+    )
+    metrics_tenant_labels: bool = Field(
+        False,
+        description="Label the per-tenant series (tokens, cache hit ratio, token accounts) with "
+        "tenant ids. Off (the default), their tenant label is empty: one series for all "
+        "tenants, so a scrape does not list the tenants or what each uses.",
     )
     console_enabled: bool = Field(
         True,
@@ -456,6 +469,8 @@ class Settings(BaseSettings):
             )
         if self.production and self.server_secret is None:
             raise ConfigError("AGENTIC_SERVER_SECRET is required in production mode")
+        if self.metrics_token is not None and len(self.metrics_token.get_secret_value()) < 16:
+            raise ConfigError("AGENTIC_METRICS_TOKEN must be at least 16 characters")
         if self.keep_warm_enabled and not self.kv_events_endpoints:
             # Without the replicas' KV events nothing says a paused prefix was evicted.
             raise ConfigError(

@@ -67,3 +67,9 @@ def test_keep_warm_needs_the_replicas_kv_events(monkeypatch: pytest.MonkeyPatch)
         "r1": "http://a:1/metrics",
         "r2": "http://b:2/metrics",
     }
+
+
+def test_a_short_metrics_token_is_refused() -> None:
+    with pytest.raises(ConfigError, match="AGENTIC_METRICS_TOKEN"):
+        Settings(metrics_token="short").check()
+    Settings(metrics_token="a-long-enough-scrape-token").check()
