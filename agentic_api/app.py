@@ -68,7 +68,7 @@ async def build_services(settings: Settings) -> Services:
     endpoints = _kv_event_endpoints(settings)
     secret = settings.load_server_secret()
     if settings.is_sqlite:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.prepare_data_dir()
     if settings.should_auto_migrate:
         await upgrade_async(settings.resolved_database_url)
     db = Database.from_url(settings.resolved_database_url, pool_size=settings.database_pool_size)

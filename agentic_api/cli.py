@@ -76,7 +76,7 @@ def _require_schema(settings: Settings, *, wait_seconds: float = 0.0) -> None:
 
     url = settings.resolved_database_url
     if settings.is_sqlite:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.prepare_data_dir()
     problem = schema_problem(_revisions_waiting(url, wait_seconds))
     if problem is not None and settings.should_auto_migrate and not problem.newer:
         _reached_sync(lambda: upgrade(url))
@@ -306,7 +306,7 @@ def migrate() -> None:
 
     settings = _settings()
     if settings.is_sqlite:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.prepare_data_dir()
     problem = schema_problem(_reached(_stored_revisions(settings.resolved_database_url)))
     if problem is not None and problem.newer:
         _fail(str(problem))

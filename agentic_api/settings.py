@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import secrets
 from functools import cached_property
 from pathlib import Path
@@ -13,6 +14,10 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 SECRET_FILE_NAME = "server_secret"
+# The data directory and the embedded database hold every tenant's conversations: this
+# user's only.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 
 
 def _default_data_dir() -> Path:
@@ -447,6 +452,34 @@ class Settings(BaseSettings):
     def is_sqlite(self) -> bool:
         return self.resolved_database_url.startswith("sqlite")
 
+    def prepare_data_dir(self) -> None:
+        """Creates data_dir readable by this user only (0700), and, for the embedded SQLite
+        database, its file too (0600) before SQLite does: SQLite creates a database with
+        the umask's mode (0644: every local user could read every conversation) and gives
+        its -wal and -shm files the database file's mode. Existing files keep theirs."""
+        self.data_dir.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        path = self.sqlite_path
+        if path is None:
+            return
+        path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        try:
+            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE)
+        except FileExistsError:
+            return
+        os.close(handle)
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database's file (None: PostgreSQL, or an in-memory database)."""
+        url = self.resolved_database_url
+        prefix = "sqlite+aiosqlite:///"
+        if not url.startswith(prefix):
+            return None
+        name = url.removeprefix(prefix).partition("?")[0]
+        if not name or name == ":memory:":
+            return None
+        return Path(name)
+
     @property
     def should_auto_migrate(self) -> bool:
         return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
@@ -489,7 +522,7 @@ class Settings(BaseSettings):
             raise ConfigError("AGENTIC_SERVER_SECRET is required in production mode")
         path = self.data_dir / SECRET_FILE_NAME
         if not path.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.data_dir.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
             # Exclusive create so two processes starting together agree on one secret.
             try:
                 with path.open("x", encoding="ascii") as handle:
