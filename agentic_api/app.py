@@ -24,6 +24,7 @@ from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker
 from agentic_api.http import console
+from agentic_api.http.console.login_limit import LoginLimiter
 from agentic_api.http.credential_conflict import CredentialConflictMiddleware
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
@@ -301,6 +302,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     if settings.console_enabled:
         app.include_router(console.router)
+        app.state.login_limiter = LoginLimiter(
+            settings.console_login_max_failures, settings.console_login_window_seconds
+        )
     # What a 405 names as allowed (http/errors.py): every method declared on the path.
     app.state.api_routes = [
         route for router in routers for route in router.routes if isinstance(route, APIRoute)

@@ -370,6 +370,22 @@ class Settings(BaseSettings):
         description="Serve the operator console at /console (it opens only while an admin key "
         "exists, and only to admin keys). Off: /console is a 404.",
     )
+    console_login_max_failures: int = Field(
+        10,
+        ge=1,
+        le=10_000,
+        description="Failed console logins allowed per client address, and per admin-key "
+        "prefix (the characters key lists show), within console_login_window_seconds; "
+        "past that, logins from that address or for keys with that prefix are answered 429 "
+        "with Retry-After until the oldest failure leaves the window. Counted per HTTP "
+        "worker process.",
+    )
+    console_login_window_seconds: int = Field(
+        300,
+        ge=1,
+        le=24 * 3600,
+        description="The sliding window console_login_max_failures counts failed logins in.",
+    )
     console_session_seconds: int = Field(
         8 * 3600,
         ge=60,

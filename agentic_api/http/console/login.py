@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from agentic_api.http.auth import services_of
 from agentic_api.http.console.gate import form_fields, is_tls, now, same_origin, signer, viewer
+from agentic_api.http.console.login_limit import LoginLimiter
 from agentic_api.http.console.login_session import LOGIN_COOKIE, LOGIN_SECONDS, SESSION_COOKIE
 from agentic_api.http.console.render import page, redirect
-from agentic_api.serving.console.access import admin_key_for, console_open, end_login
+from agentic_api.serving.console.access import (
+    admin_key_for,
+    console_open,
+    end_login,
+    login_key_prefix,
+)
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
@@ -77,9 +85,25 @@ async def login(request: Request) -> Response:
         )
     ):
         return await _form(request, status=403, error="The form expired; please try again.")
-    key_id = await admin_key_for(services, fields.get("admin_key", "").strip())
+    typed = fields.get("admin_key", "").strip()
+    limiter: LoginLimiter = request.app.state.login_limiter
+    address = request.client.host if request.client is not None else ""
+    prefix = login_key_prefix(typed)
+    wait = limiter.retry_after(address, prefix, time.monotonic())
+    if wait is not None:
+        # Before the key is looked at: while limited, the right key is refused too.
+        limited = await _form(
+            request,
+            status=429,
+            error=f"Too many failed logins; try again in {wait} s.",
+        )
+        limited.headers["Retry-After"] = str(wait)
+        return limited
+    key_id = await admin_key_for(services, typed)
     if key_id is None:
+        limiter.failed(address, prefix, time.monotonic())
         return await _form(request, status=401, error="That is not an active admin key.")
+    limiter.succeeded(address)
     response = redirect("/console")
     lifetime = services.settings.console_session_seconds
     _set_cookie(
