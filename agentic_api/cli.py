@@ -219,6 +219,9 @@ def serve(
         # has started and imported this module (spawn), seconds on a loaded machine:
         # uvicorn's 5 s default killed replacements while they booted.
         "timeout_worker_healthcheck": WORKER_HEALTHCHECK_SECONDS,
+        # The proxies whose X-Forwarded-Proto / -For are believed (AGENTIC_FORWARDED_ALLOW_IPS).
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.forwarded_allow_ips,
     }
     if plan.count == 1:
         # Imported here only: a supervisor of several workers never builds an app.

@@ -168,6 +168,16 @@ class Settings(BaseSettings):
         description="How long an Idempotency-Key and its stored outcome are kept; after "
         "that the key is ignored (a retry runs again) and pruned.",
     )
+    forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1"],
+        description="Proxies trusted for X-Forwarded-Proto and X-Forwarded-For (uvicorn's "
+        "proxy headers), comma-separated or a JSON list: IP addresses, networks "
+        "(10.0.0.0/8), or `*` for any peer (only when nothing else can reach the port). A "
+        "TLS-terminating proxy must be listed: otherwise requests through it look like "
+        "plain HTTP (the console refuses its login form as cross-origin, cookies lose "
+        "Secure) and come from the proxy's address (console login limits). Default: "
+        "127.0.0.1.",
+    )
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Host names the gateway may call as MCP servers (`type: mcp` tools), "
@@ -419,7 +429,7 @@ class Settings(BaseSettings):
             raise ValueError(f"expected auto or a positive integer, got {value!r}")
         return count
 
-    @field_validator("mcp_allowed_hosts", mode="before")
+    @field_validator("mcp_allowed_hosts", "forwarded_allow_ips", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         # One env var holds the list: a JSON array or plain comma-separated names.
@@ -445,6 +455,18 @@ class Settings(BaseSettings):
                     raise ValueError(f"expected name=endpoint, got {part!r}")
                 pairs[name.strip()] = endpoint.strip()
             return pairs
+        return value
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxy_addresses(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if entry == "*":
+                continue
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address, a network or '*'") from None
         return value
 
     @field_validator("mcp_allowed_hosts")
