@@ -79,6 +79,21 @@ def test_websocket_handshake_refuses_two_authorization_headers(
     assert error["code"] == "duplicate_authorization_header"
 
 
+def _post_message(
+    server: RunningServer, sim: SimServer, headers: list[tuple[str, str]]
+) -> httpx.Response:
+    """A one-message Messages request with ``headers`` (beside the API version)."""
+    body = {
+        "model": sim.config.model,
+        "max_tokens": 8,
+        "messages": [{"role": "user", "content": "a"}],
+    }
+    with httpx.Client(base_url=server.url, timeout=20) as http:
+        return http.post(
+            "/v1/messages", json=body, headers=[("anthropic-version", "2023-06-01"), *headers]
+        )
+
+
 def _anthropic_error(response: httpx.Response) -> str:
     assert response.status_code == 400, response.text
     body = response.json()
@@ -104,18 +119,7 @@ def test_messages_route_refuses_repeated_credential_headers(
     server: RunningServer, tenant: TenantKeys, sim: SimServer, name: str, headers: Any
 ) -> None:
     sent = [(k, v.replace("KEY", tenant.api_key)) for k, v in headers]
-    body = {
-        "model": sim.config.model,
-        "max_tokens": 8,
-        "messages": [{"role": "user", "content": "a"}],
-    }
-    with httpx.Client(base_url=server.url, timeout=20) as http:
-        answer = http.post(
-            "/v1/messages",
-            json=body,
-            headers=[("anthropic-version", "2023-06-01"), *sent],
-        )
-    message = _anthropic_error(answer)
+    message = _anthropic_error(_post_message(server, sim, sent))
     repeated = "x-api-key" if name.startswith("x-api-key twice") else "authorization"
     assert f"2 '{repeated}' headers" in message
     assert sim.calls("/v1/messages") == 0
@@ -190,18 +194,8 @@ def test_the_websocket_handshake_refuses_two_different_keys(
 def test_the_messages_route_refuses_two_different_keys_in_anthropics_shape(
     server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:
-    body = {
-        "model": sim.config.model,
-        "max_tokens": 8,
-        "messages": [{"role": "user", "content": "a"}],
-    }
-    with httpx.Client(base_url=server.url, timeout=20) as http:
-        # x-api-key (the key this route reads first) is the tenant's: refused all the same.
-        answer = http.post(
-            "/v1/messages",
-            json=body,
-            headers={"anthropic-version": "2023-06-01", **_conflicting("sk-wrong", tenant.api_key)},
-        )
+    # x-api-key (the key this route reads first) is the tenant's: refused all the same.
+    answer = _post_message(server, sim, list(_conflicting("sk-wrong", tenant.api_key).items()))
     assert "different API keys" in _anthropic_error(answer)
     assert sim.calls("/v1/messages") == 0
 
@@ -215,15 +209,7 @@ def test_the_same_key_in_both_headers_is_accepted(
             "/v1/responses", json={"model": sim.config.model, "input": "x"}, headers=same
         )
         assert created.status_code == 200, created.text
-        message = http.post(
-            "/v1/messages",
-            json={
-                "model": sim.config.model,
-                "max_tokens": 8,
-                "messages": [{"role": "user", "content": "a"}],
-            },
-            headers={"anthropic-version": "2023-06-01", **same},
-        )
-        assert message.status_code == 200, message.text
+    message = _post_message(server, sim, list(same.items()))
+    assert message.status_code == 200, message.text
     with connect(ws_url(server), additional_headers=same, open_timeout=10):
         pass
