@@ -3,8 +3,8 @@ enough of the oldest failures have left it, and what it remembers is bounded."""
 
 from __future__ import annotations
 
-from agentic_api.http.console import login_limit
-from agentic_api.http.console.login_limit import LoginLimiter
+from agentic_api.operator.http.console import login_limit
+from agentic_api.operator.http.console.login_limit import LoginLimiter
 
 
 def test_the_limit_lifts_as_the_oldest_failures_leave_the_window() -> None:
