@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -16,6 +18,7 @@ import pytest
 
 from agentic_api.serve_workers import WORKER_HEALTHCHECK_SECONDS
 from tests.support.processes import START_TIMEOUT_SECONDS, Process, process_env
+from tests.support.tenants import create_tenant
 from tests.upstream_sim import SimServer
 
 pytestmark = pytest.mark.slow
@@ -23,6 +26,8 @@ pytestmark = pytest.mark.slow
 # The goal: a killed worker's replacement is running within this long of the kill.
 REPLACED_WITHIN_SECONDS = 5.0
 KILLS = 6
+# Clients sending turns all along (the kills land on busy workers).
+LOAD_CLIENTS = 4
 # Long enough for the supervisor (a pass every 0.5 s) to have a ping in flight to a
 # stopped worker, which cannot answer it.
 PING_IN_FLIGHT_SECONDS = 1.5
@@ -69,46 +74,85 @@ def _start(fresh_db: str, sim: SimServer, data_dir: Path) -> Process:
     return server
 
 
+@contextmanager
+def _load(server: Process, fresh_db: str, model: str) -> Iterator[list[int]]:
+    """Turns sent without pause by LOAD_CLIENTS clients while inside; yields the count of
+    those that completed (a turn on a worker being killed may fail: its client goes on)."""
+    tenant = create_tenant(fresh_db)
+    stop = threading.Event()
+    completed = [0]
+
+    def client() -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            while not stop.is_set():
+                with suppress(httpx.HTTPError):
+                    answer = http.post(
+                        "/v1/responses",
+                        json={"model": model, "input": "load"},
+                        headers={"authorization": f"Bearer {tenant.api_key}"},
+                    )
+                    if answer.status_code == 200:
+                        completed[0] += 1
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(LOAD_CLIENTS)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield completed
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+
+
 def test_a_killed_worker_is_replaced_within_seconds_even_mid_ping(
     fresh_db: str, sim: SimServer, tmp_path: Path
 ) -> None:
     server = _start(fresh_db, sim, tmp_path / "data")
     try:
-        supervisor = server.popen.pid
-        replaced_after: list[float] = []
-        for kill in range(KILLS):
-            before = _workers(supervisor)
-            started = _started(server)
-            victim = min(before)
-            if kill % 2 == 0:
-                # Stopped, it cannot answer: the supervisor's next ping stays in flight,
-                # and the kill lands while it waits.
-                os.kill(victim, signal.SIGSTOP)
-                time.sleep(PING_IN_FLIGHT_SECONDS)
-            os.kill(victim, signal.SIGKILL)
-            replaced_after.append(
-                _wait_for(
-                    lambda before=before: len(_workers(supervisor) - before) == 1,  # type: ignore[misc]
-                    f"kill {kill}: no replacement for worker {victim}",
-                    # Fails here (not by a hang) when it takes the old 30 s.
-                    REPLACED_WITHIN_SECONDS,
-                    server,
-                )
-            )
-            assert victim not in _workers(supervisor)
-            # The replacement serves: its application started (booting under load may take
-            # longer than the replacement took to start; only a bound on failure).
-            _wait_for(
-                lambda started=started: _started(server) == started + 1,  # type: ignore[misc]
-                f"kill {kill}: the replacement never started serving",
-                START_TIMEOUT_SECONDS,
-                server,
-            )
-            assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
-        assert max(replaced_after) < REPLACED_WITHIN_SECONDS, replaced_after
+        with _load(server, fresh_db, sim.config.model) as completed:
+            _kill_and_watch(server)
+        assert completed[0] > 0
     finally:
         server.stop()
     assert "did not answer its health check" not in server.output()
+
+
+def _kill_and_watch(server: Process) -> None:
+    """KILLS times: a worker killed (every other time with a ping in flight to it), and
+    its replacement running within REPLACED_WITHIN_SECONDS, then serving."""
+    supervisor = server.popen.pid
+    replaced_after: list[float] = []
+    for kill in range(KILLS):
+        before = _workers(supervisor)
+        started = _started(server)
+        victim = min(before)
+        if kill % 2 == 0:
+            # Stopped, it cannot answer: the supervisor's next ping stays in flight,
+            # and the kill lands while it waits.
+            os.kill(victim, signal.SIGSTOP)
+            time.sleep(PING_IN_FLIGHT_SECONDS)
+        os.kill(victim, signal.SIGKILL)
+        replaced_after.append(
+            _wait_for(
+                lambda before=before: len(_workers(supervisor) - before) == 1,  # type: ignore[misc]
+                f"kill {kill}: no replacement for worker {victim}",
+                # Fails here (not by a hang) when it takes the old 30 s.
+                REPLACED_WITHIN_SECONDS,
+                server,
+            )
+        )
+        assert victim not in _workers(supervisor)
+        # The replacement serves: its application started (booting under load may take
+        # longer than the replacement took to start; only a bound on failure).
+        _wait_for(
+            lambda started=started: _started(server) == started + 1,  # type: ignore[misc]
+            f"kill {kill}: the replacement never started serving",
+            START_TIMEOUT_SECONDS,
+            server,
+        )
+        assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+    assert max(replaced_after) < REPLACED_WITHIN_SECONDS, replaced_after
 
 
 def test_a_silent_live_worker_is_not_killed_before_the_health_check_timeout(
