@@ -142,6 +142,13 @@ BACKGROUND_RECOVERED = Counter(
     "failed with worker_lost.",
     ["action"],
 )
+RETENTION_PRUNED = Counter(
+    "agentic_retention_pruned_total",
+    "Rows deleted by retention (AGENTIC_RETENTION_DAYS), by kind: responses (each with "
+    "its items, events, token ids and job), conversations (with their items and "
+    "responses), message_turns.",
+    ["kind"],
+)
 
 TOKEN_ACCOUNTS = Counter(
     "agentic_token_accounts_total",
@@ -415,6 +422,12 @@ KV_RESIDENCY_DROPPED = Counter(
     "stored first), blocks of a session past its cap (oldest first) or, as tree_block, "
     "blocks of the replica's block tree past AGENTIC_RESIDENCY_MAX_BLOCKS (oldest first).",
     ["replica", "what"],
+)
+KV_GRAFTED_BLOCKS = Counter(
+    "agentic_kv_grafted_blocks_total",
+    "Blocks stored before this process listened, put back in a replica's block tree because "
+    "a turn was served them and stored its own blocks under them.",
+    ["replica"],
 )
 KV_UNKNOWN_REMOVALS = Counter(
     "agentic_kv_unknown_removals_total",

@@ -110,6 +110,31 @@ class Settings(BaseSettings):
         description="How long a turn's token ids are kept (its reuse account stays); a "
         "continuation of an older turn gets an account that says the ids expired.",
     )
+    retention_days: float | None = Field(
+        None,
+        gt=0,
+        description="Prune stored responses (with their items, events, token ids and "
+        "background job) and recorded Messages turns older than this many days, in "
+        "bounded batches by the background sweep; a response something stored still "
+        "continues from is kept (docs/retention.md). Unset: kept forever.",
+    )
+    retention_conversations: bool = Field(
+        False,
+        description="With retention_days: also prune conversations unchanged for that "
+        "long, with their items and responses (off: a conversation keeps its turns).",
+    )
+    retention_batch_rows: int = Field(
+        500,
+        ge=1,
+        le=10_000,
+        description="Rows of each kind one retention transaction deletes at most (each "
+        "sweep runs batches until none is full, at most 20).",
+    )
+    retention_interval_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="How often each process's sweep looks for rows past retention.",
+    )
     token_artifact_memo_mb: float = Field(
         32.0,
         ge=0,
