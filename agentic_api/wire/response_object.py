@@ -197,11 +197,33 @@ def echoed_text(text: dict[str, Any] | None) -> dict[str, Any]:
     return text
 
 
+# Failures that are not the server's own, whose code a client acts on (compact its
+# context, tell the operator): a background job's Response carries the same code as the
+# foreground's refusal. OpenAI's failed background responses carry such codes too, beyond
+# the SDK's listed ones (which the SDK does not enforce).
+KEPT_ERROR_CODES = frozenset({"upstream_authentication_failed"})
+
+
 def response_error(error: ApiError) -> dict[str, Any]:
-    """``Response.error``: OpenAI's schema allows a fixed set of codes; ours are told in
-    the message (and in the stream's ``error`` event, whose code is free)."""
-    code = RATE_LIMITED if error.status_code == 429 else SERVER_ERROR
-    return {"code": code, "message": error.message}
+    """``Response.error``: the refusal's own code when the request (a 4xx) or the gateway's
+    upstream credentials were refused, as the same refusal in the foreground says it;
+    otherwise OpenAI's ``rate_limit_exceeded`` or ``server_error`` (the details in the
+    message, and in the stream's ``error`` event). ``type`` and ``param``: the original
+    error's."""
+    if error.status_code == 429:
+        code = RATE_LIMITED
+    elif error.code is not None and (
+        400 <= error.status_code < 500 or error.code in KEPT_ERROR_CODES
+    ):
+        code = error.code
+    else:
+        code = SERVER_ERROR
+    return {
+        "code": code,
+        "message": error.message,
+        "param": error.param,
+        "type": error.error_type,
+    }
 
 
 # -- the Response object ---------------------------------------------------------------------------
