@@ -123,6 +123,7 @@ class ResidencyTracker:
             feed.connected = True
             self._apply_events(target, batch, now)
         metrics.KV_EVENT_BATCHES.labels(replica).inc()
+        metrics.KV_EVENT_LAG.labels(replica).observe(max(0.0, now - batch.ts))
         metrics.KV_RESIDENT_TOKENS.labels(replica).set(target.resident_tokens)
         metrics.KV_TRACKED_SESSIONS.labels(replica).set(len(target.sessions))
 
