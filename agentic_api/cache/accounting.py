@@ -265,12 +265,19 @@ def _divergence(
     )
 
 
+# Fingerprint components that change what is rendered anywhere in the prompt, not only
+# before the history.
+_ANYWHERE = frozenset({"tokenizer", "reasoning_context"})
+
+
 def _divergence_cause(continuation: Continuation, divergence: Divergence) -> Cause:
     changes = set(continuation.changes)
     # A changed fingerprint explains a divergence where its components render: tools and
     # instructions before the history (in the parent's prompt); another tokenizer anywhere.
     # A changed tool_choice, say, renders nothing and explains nothing in the output.
-    if "tokenizer" in changes or (changes and divergence.region == "prompt"):
+    # Another reasoning context leaves out or restores reasoning items wherever they are,
+    # the parent's own output included.
+    if changes & _ANYWHERE or (changes and divergence.region == "prompt"):
         return Cause.FINGERPRINT
     if continuation.history_edited:
         return Cause.HISTORY_EDITED

@@ -31,7 +31,6 @@ _FORWARDED = (
     "top_p",
     "top_logprobs",
     "text",
-    "reasoning",
     "truncation",
     "include",
     "prompt_cache_key",
@@ -53,6 +52,9 @@ def upstream_fields(
         value = getattr(request, name)
         if value is not None:
             fields[name] = value
+    reasoning = request.upstream_reasoning()
+    if reasoning is not None:
+        fields["reasoning"] = reasoning
     fields.update(request.passthrough())
     if any(is_mcp(tool) for tool in fields.get("tools") or ()):
         # MCP servers are the gateway's to call (turns/kinds/tool_loop.py presents their
