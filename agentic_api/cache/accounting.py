@@ -155,7 +155,7 @@ def unknown(reason: str, *, parent_id: str | None, measured: int | None = None) 
     return TokenAccount(Status.UNKNOWN, parent_id, None, measured_cached=measured, reason=reason)
 
 
-def cold_start(prompt_tokens: int, measured: int | None, block_size: int) -> TokenAccount:
+def cold_start(prompt_tokens: int, measured: int | None, block_size: int | None) -> TokenAccount:
     return TokenAccount(
         Status.COLD_START,
         None,

@@ -180,12 +180,15 @@ def create_app(runtime: Runtime) -> ASGIApp:
         config = state.config
         waiting, kv_usage = state.load
         labels = f'engine="0",model_name="{config.model}"'
-        text = (
+        cache_config = (
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
             "# TYPE vllm:cache_config_info gauge\n"
             f'vllm:cache_config_info{{block_size="{config.block_size}",'
             'cache_dtype="auto",enable_prefix_caching="True",engine="0"} 1.0\n'
-            "# TYPE vllm:num_requests_waiting gauge\n"
+        )
+        text = (
+            (cache_config if config.reports_block_size else "")
+            + "# TYPE vllm:num_requests_waiting gauge\n"
             f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}\n"
             "# TYPE vllm:kv_cache_usage_perc gauge\n"
             f"vllm:kv_cache_usage_perc{{{labels}}} {float(kv_usage)}\n"

@@ -37,6 +37,9 @@ class SimConfig:
 
     model: str = "sim-model"
     block_size: int = 16
+    # Whether /metrics states the cache config (``vllm:cache_config_info``, its block
+    # size): a router in front, or an engine build without it, does not.
+    reports_block_size: bool = True
     max_model_len: int = 32768
     # Name reported in the ``x-upstream-replica`` response header (benchmarks).
     replica: str | None = None

@@ -257,6 +257,14 @@ class ResidencyTracker:
 
     # -- the views' side ----------------------------------------------------------------
 
+    def block_size(self) -> int | None:
+        """The KV block size the replicas' events carry, when every replica that sent
+        one agrees (None before any store event, or when they differ)."""
+        with self._lock:
+            sizes = {replica.block_size for replica in self._replicas.values()}
+        sizes.discard(None)
+        return sizes.pop() if len(sizes) == 1 else None
+
     def prefix(self, tokens: Sequence[int], salt: str | None) -> list[PrefixOnReplica]:
         """Per configured replica, how many leading tokens of ``tokens`` (a response's
         prompt + output, under the tenant's ``salt``) it holds, whoever stored them."""
