@@ -333,6 +333,14 @@ def _add_control_routes(app: FastAPI, state: SimState) -> None:
         state.cache_clear()
         return _json({"ok": True})
 
+    @app.post("/checkpoint/prepare")
+    async def checkpoint_prepare() -> Response:
+        # vLLM 0.34 (with --enable-sleep-mode) releases its whole KV cache here. Imitated
+        # as its prefix-cache reset behaves (every block dropped, AllBlocksCleared), which
+        # is what the gateway must survive; the GPU build itself is not checked here.
+        state.cache_clear()
+        return _json({"ok": True})
+
     @app.get(CONTROL_PREFIX + "requests")
     async def requests() -> Response:
         return _json([_summary(r) for r in state.requests()])
