@@ -456,6 +456,20 @@ KV_IDLE_BEFORE_EVICTED_RESUME = Histogram(
 )
 
 
+CACHE_WRITE_CHECKS = Counter(
+    "agentic_cache_write_checks_total",
+    "Turns whose engine reported its own prefix-cache writes (usage.input_tokens_details."
+    "cache_write_tokens), by whether they equal ours (the prompt's full blocks not already "
+    "cached): agree, mismatch.",
+    ["model", "result"],
+)
+
+
+def record_cache_write(model: str, *, agrees: bool) -> None:
+    """Counts one comparison of the engine's cache writes with ours."""
+    CACHE_WRITE_CHECKS.labels(model, "agree" if agrees else "mismatch").inc()
+
+
 def record_token_account(
     model: str,
     tenant: str,

@@ -24,6 +24,7 @@ from agentic_api.cache.accounting import (
     Continuation,
     TokenAccount,
     account,
+    cache_write,
     cold_start,
     unknown,
     with_pieces,
@@ -33,7 +34,7 @@ from agentic_api.cache.diagnostics import NOT_FOUND, UNAVAILABLE, diagnostics
 from agentic_api.cache.recent import TokenArtifact
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
-from agentic_api.metrics import record_token_account
+from agentic_api.metrics import record_cache_write, record_token_account
 from agentic_api.runtime import Services
 from agentic_api.storage.fault_log import log_step_failure
 from agentic_api.storage.models import Response, TokenArtifactRow
@@ -186,6 +187,11 @@ async def _settle(
     services.tokens.observed(turn.request.model, streamed, ids=True)
     assert isinstance(first, ReportedTokens) and isinstance(last, ReportedTokens)
     made = await _account(turn, plan, first)
+    written = cache_write(
+        first.cache_write_tokens, len(first.prompt), first.cached_tokens, plan.block_size
+    )
+    if written is not None:
+        made = replace(made, cache_write=written)
     if turn.compacts:
         # Its continuations replay the summary, not this prompt and output: nothing of
         # its tokens is theirs to reuse.
@@ -291,6 +297,8 @@ def after_commit(
         measured=made.measured_cached,
         lost={cause.value: tokens for cause, tokens in made.lost.items()},
     )
+    if made.cache_write is not None:
+        record_cache_write(turn.request.model, agrees=made.cache_write.agrees)
     record_token_account(
         turn.request.model,
         turn.caller.tenant_id,
