@@ -18,12 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_api.errors import ApiError
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.conversations import ConversationRepository
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.data.prepared import PreparedTurn
+
+# ConnectionHistories is named again for the WebSocket route, which keeps one per connection.
 from agentic_api.turns.prepare.connection_histories import (
-    ConnectionHistories,
+    ConnectionHistories as ConnectionHistories,
+)
+from agentic_api.turns.prepare.connection_histories import (
     LaneHistory,
     lane_history_after,
 )
@@ -61,7 +65,7 @@ class SocketTurn:
 
 
 async def start_socket_turn(
-    services: Services,
+    services: Runtime,
     caller: Caller,
     request: CreateResponseRequest,
     *,
@@ -89,7 +93,7 @@ async def start_socket_turn(
 
 
 async def _kept_base(
-    services: Services,
+    services: Runtime,
     tenant_id: str,
     histories: ConnectionHistories,
     request: CreateResponseRequest,
@@ -106,7 +110,7 @@ async def _kept_base(
     return None
 
 
-async def _storage_still_holds(services: Services, tenant_id: str, base: LaneHistory) -> bool:
+async def _storage_still_holds(services: Runtime, tenant_id: str, base: LaneHistory) -> bool:
     ancestor = base.stored_ancestor
     if ancestor is not None and await services.db.turns.checkpoint(tenant_id, ancestor) is None:
         return False
