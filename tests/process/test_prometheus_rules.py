@@ -21,7 +21,7 @@ import yaml
 from openai import OpenAI
 
 from tests.support.clients import openai_client
-from tests.support.processes import Process, process_env
+from tests.support.processes import Process, end_process, process_env
 from tests.support.servers import free_port
 from tests.support.tenants import create_tenant
 from tests.support.typed import cached_tokens
@@ -217,13 +217,7 @@ class Prometheus:
 
     def stop(self) -> None:
         self.http.close()
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
+        end_process(self.popen)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.processes import end_process
 from tests.support.servers import free_port
 
 SETUP = Path(__file__).resolve().parents[2] / "scripts" / "tracing" / "setup_phoenix.sh"
@@ -225,13 +226,7 @@ class Phoenix:
 
     def stop(self) -> None:
         self.http.close()
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
+        end_process(self.popen)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
