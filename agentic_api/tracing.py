@@ -205,29 +205,63 @@ def record_response(target: Span, response: Mapping[str, Any] | None) -> None:
     usage = usage if isinstance(usage, Mapping) else {}
     details = usage.get("input_tokens_details")
     details = details if isinstance(details, Mapping) else {}
-    prompt, completion = usage.get("input_tokens"), usage.get("output_tokens")
-    cached, written = details.get("cached_tokens"), details.get("cache_write_tokens")
-    total = usage.get("total_tokens")
-    attributes = {
-        "gen_ai.response.id": response.get("id"),
-        "gen_ai.response.model": response.get("model"),
-        "gen_ai.usage.input_tokens": prompt,
-        "gen_ai.usage.output_tokens": completion,
-        "gen_ai.usage.cache_read.input_tokens": cached,
-        "gen_ai.usage.cache_creation.input_tokens": written,
-        "gen_ai.response.finish_reasons": finish_reasons(response),
-        "llm.token_count.prompt": prompt,
-        "llm.token_count.completion": completion,
-        "llm.token_count.total": total,
-        "llm.token_count.prompt_details.cache_read": cached,
-        "llm.token_count.prompt_details.cache_write": written,
-    }
+    record_usage(
+        target,
+        response_id=response.get("id"),
+        model=response.get("model"),
+        prompt=usage.get("input_tokens"),
+        completion=usage.get("output_tokens"),
+        cached=details.get("cached_tokens"),
+        written=details.get("cache_write_tokens"),
+        reasons=finish_reasons(response),
+    )
     if _state.capture_content:
         output = _json(response.get("output"))
-        attributes["gen_ai.output.messages"] = output
-        attributes["output.value"] = output
-        attributes["output.mime_type"] = JSON_MIME if output is not None else None
-    target.set_attributes(_clean(attributes))
+        target.set_attributes(
+            _clean(
+                {
+                    "gen_ai.output.messages": output,
+                    "output.value": output,
+                    "output.mime_type": JSON_MIME if output is not None else None,
+                }
+            )
+        )
+
+
+def record_usage(
+    target: Span,
+    *,
+    response_id: str | None,
+    model: str | None,
+    prompt: int | None,
+    completion: int | None,
+    cached: int | None,
+    written: int | None,
+    reasons: Sequence[str],
+) -> None:
+    """An answer's id, model, token counts and finish reasons, in both vocabularies.
+    ``prompt``: the whole prompt (cached and written tokens are parts of it)."""
+    if not target.is_recording():
+        return
+    total = None if prompt is None or completion is None else prompt + completion
+    target.set_attributes(
+        _clean(
+            {
+                "gen_ai.response.id": response_id,
+                "gen_ai.response.model": model,
+                "gen_ai.usage.input_tokens": prompt,
+                "gen_ai.usage.output_tokens": completion,
+                "gen_ai.usage.cache_read.input_tokens": cached,
+                "gen_ai.usage.cache_creation.input_tokens": written,
+                "gen_ai.response.finish_reasons": list(reasons) or None,
+                "llm.token_count.prompt": prompt,
+                "llm.token_count.completion": completion,
+                "llm.token_count.total": total,
+                "llm.token_count.prompt_details.cache_read": cached,
+                "llm.token_count.prompt_details.cache_write": written,
+            }
+        )
+    )
 
 
 def record_input(target: Span, body: bytes) -> None:

@@ -20,6 +20,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from websockets.sync.client import connect
 
 from agentic_api import tracing
+from tests.api.test_messages_api import prompt_tokens, sdk
 from tests.conftest import RunningServer, app_server
 from tests.support.mcp_server import McpTestServer, start_mcp_server
 from tests.support.tenants import TenantKeys, create_tenant
@@ -385,3 +386,58 @@ def test_with_tracing_off_a_websocket_turn_sends_no_traceparent(
         assert until_terminal(socket)[-1]["type"] == "response.completed"
     assert spans.get_finished_spans() == ()
     assert "traceparent" not in sim.requests("/v1/responses")[-1].headers
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "streamed"])
+def test_a_messages_turn_is_one_llm_span_with_its_session_and_cache_figures(
+    spans: InMemorySpanExporter,
+    server: RunningServer,
+    tenant: TenantKeys,
+    sim: SimServer,
+    stream: bool,
+) -> None:
+    model = sim.config.model
+    sim.push(Reply("the first reply"), Reply("the second reply"))
+    opening: Any = [{"role": "user", "content": "a long question about caches " * 20}]
+    message: Any
+    with sdk(server, tenant) as claude:
+        claude.messages.create(model=model, max_tokens=32, messages=opening)
+        finished(spans, "POST /v1/messages")
+        spans.clear()
+        again: Any = [
+            *opening,
+            {"role": "assistant", "content": "the first reply"},
+            {"role": "user", "content": "and then?"},
+        ]
+        if stream:
+            with claude.messages.stream(model=model, max_tokens=32, messages=again) as events:
+                message = events.get_final_message()
+        else:
+            message = claude.messages.create(model=model, max_tokens=32, messages=again)
+    found = finished(spans, "POST /v1/messages")
+    (turn_span,) = named(found, "POST /v1/messages")
+    turn = attributes(turn_span)
+    usage = message.usage
+    cached = usage.cache_read_input_tokens or 0
+    assert cached > 0
+    session = sim.last("/v1/messages").headers["x-session-id"]
+    # One model call: the request span is the LLM span (a Langfuse generation).
+    assert turn["openinference.span.kind"] == "LLM"
+    assert turn["langfuse.observation.type"] == "generation"
+    assert turn["session.id"] == turn["langfuse.session.id"] == session
+    assert turn["gen_ai.conversation.id"] == session
+    assert turn["gen_ai.response.id"] == message.id
+    # Anthropic splits the prompt; both vocabularies carry the whole of it.
+    assert turn["gen_ai.usage.input_tokens"] == prompt_tokens(usage)
+    assert turn["llm.token_count.prompt"] == prompt_tokens(usage)
+    assert turn["gen_ai.usage.output_tokens"] == turn["llm.token_count.completion"]
+    assert turn["llm.token_count.completion"] == usage.output_tokens
+    assert turn["gen_ai.usage.cache_read.input_tokens"] == cached
+    assert turn["llm.token_count.prompt_details.cache_read"] == cached
+    written = usage.cache_creation_input_tokens or 0
+    assert turn["gen_ai.usage.cache_creation.input_tokens"] == written
+    assert turn["llm.token_count.prompt_details.cache_write"] == written
+    assert turn["gen_ai.response.finish_reasons"] == ("stop",)
+    text = every_value(found)
+    assert "caches" not in text and "second reply" not in text
+    assert tenant.api_key not in text

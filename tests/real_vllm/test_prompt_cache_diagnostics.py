@@ -23,15 +23,6 @@ from tests.support.tenants import create_tenant
 
 pytestmark = pytest.mark.real_vllm
 
-# Longer than two KV blocks of any size the tier runs with (32, or 0.34's 64), so that
-# the continuation has full blocks of the first turn to be served.
-OPENING = (
-    "I am planning simple meals for the week with fresh ingredients from the market. "
-    "I want short answers that I can copy into a shopping list without any editing. "
-    "Please keep the same format in every answer I ask of you today. "
-    "List three fruits, one per line."
-)
-
 
 def test_a_named_comparison_is_a_hit_and_changed_instructions_a_miss(
     smollm2: RealVllm, smol_server: RunningServer
@@ -39,12 +30,20 @@ def test_a_named_comparison_is_a_hit_and_changed_instructions_a_miss(
     client: OpenAI = smol_server.client(create_tenant(smol_server.db_url), timeout=300)
     admin = AdminApi(smol_server.url, smol_server.db_url)
     try:
-        first = ask(client, smollm2, OPENING)
+        # Two turns of the token-truth chain first: the compared prefix then spans full
+        # blocks of any size the tier runs with (32, or vLLM 0.34's 64).
+        opening = ask(client, smollm2, "List three fruits, one per line.")
+        first = ask(
+            client,
+            smollm2,
+            "Now list three vegetables, one per line.",
+            previous_response_id=opening.id,
+        )
         compared: Any = {"comparison_response_id": first.id}
         second = ask(
             client,
             smollm2,
-            "Now list three vegetables, one per line.",
+            "And three colors, one per line.",
             previous_response_id=first.id,
             prompt_cache_options=compared,
         )
@@ -56,7 +55,7 @@ def test_a_named_comparison_is_a_hit_and_changed_instructions_a_miss(
         changed = ask(
             client,
             smollm2,
-            "Now list three vegetables, one per line.",
+            "And three colors, one per line.",
             previous_response_id=first.id,
             instructions="Answer in French.",
             prompt_cache_options=compared,
