@@ -407,6 +407,12 @@ KV_RESIDENCY_DROPPED = Counter(
     "blocks of the replica's block tree past AGENTIC_RESIDENCY_MAX_BLOCKS (oldest first).",
     ["replica", "what"],
 )
+KV_GRAFTED_BLOCKS = Counter(
+    "agentic_kv_grafted_blocks_total",
+    "Blocks stored before this process listened, put back in a replica's block tree because "
+    "a turn was served them and stored its own blocks under them.",
+    ["replica"],
+)
 KV_UNKNOWN_REMOVALS = Counter(
     "agentic_kv_unknown_removals_total",
     "Removed block hashes no tracked session held (stored before we listened, unattributed, "
