@@ -31,6 +31,8 @@ from agentic_api.wire.items import Item
 from agentic_api.wire.response_object import open_sampling
 
 Emit = Callable[[dict[str, Any]], None]
+# Emits an event given as its JSON (made by the relay, ``turns/runner/delta_splice.py``).
+EmitJson = Callable[[bytes], None]
 
 
 class TurnInProgress:
@@ -75,7 +77,7 @@ class TurnInProgress:
         # commit does not serialize them a second time.
         self.events: list[dict[str, Any]] = []
         self.serialized: dict[int, bytes] = {}
-        self.emit = _emitter(
+        self.emit, self.emit_json = _emitters(
             self.meter,
             (self.events, self.serialized) if turn.records_events else None,
             channel,
@@ -147,28 +149,37 @@ class TurnInProgress:
             self.meter.upstream_done()
 
 
-def _emitter(
+def _emitters(
     meter: TurnMeter,
     stored: tuple[list[dict[str, Any]], dict[int, bytes]] | None,
     channel: TurnChannel | None,
-) -> Emit:
+) -> tuple[Emit, EmitJson]:
     # Every event of the turn passes here: a closure over what it needs, no lookups. Its
-    # JSON is made once, here, for the client's stream and the stored events alike.
+    # JSON is made once, here (or by the relay), for the client's stream and the stored
+    # events alike.
     if stored is None and channel is None:
 
         def count(event: dict[str, Any]) -> None:
             meter.event(event)
 
-        return count
+        def count_json(data: bytes) -> None:
+            meter.event(orjson.loads(data))
+
+        return count, count_json
     events, serialized = stored if stored is not None else (None, None)
 
-    def emit(event: dict[str, Any]) -> None:
+    def emit_serialized(event: dict[str, Any], data: bytes) -> None:
         meter.event(event)
-        data = orjson.dumps(event)
         if events is not None and serialized is not None:
             events.append(event)
             serialized[id(event)] = data
         if channel is not None:
             channel.publish(event, data)
 
-    return emit
+    def emit(event: dict[str, Any]) -> None:
+        emit_serialized(event, orjson.dumps(event))
+
+    def emit_json(data: bytes) -> None:
+        emit_serialized(orjson.loads(data), data)
+
+    return emit, emit_json
