@@ -84,13 +84,15 @@ def compare(data: bytes, first: dict[str, Any] | None = None, offset: int = 0) -
     relay, check, template = learned(first, offset)
     twin_relay, twin_check = copy.deepcopy(relay), copy.deepcopy(check)
     before = state(relay, check)
-    ours = template.splice(data, relay)
+    spliced = template.splice(data, relay)
     theirs = general(data, twin_relay, twin_check)
-    if ours is None:
+    if spliced is None:
         assert state(relay, check) == before
-    else:
-        assert ours == theirs
-        assert state(relay, check) == state(twin_relay, twin_check)
+        return None
+    ours, sequence = spliced
+    assert ours == theirs
+    assert sequence == orjson.loads(ours)["sequence_number"]
+    assert state(relay, check) == state(twin_relay, twin_check)
     return ours
 
 

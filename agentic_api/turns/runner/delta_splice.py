@@ -109,9 +109,9 @@ class DeltaTemplate:
         after_number, after_text = rest.split(_TEXT_MARK_JSON)
         return cls(before, after_text, after_number, True, (ours_before, ours_after))
 
-    def splice(self, data: bytes, relay: StreamRelay) -> bytes | None:
-        """Our JSON for ``data`` when it is one of this template's deltas (stamped with the
-        relay's next sequence number), else None (and nothing changed)."""
+    def splice(self, data: bytes, relay: StreamRelay) -> tuple[bytes, int] | None:
+        """Our JSON for ``data`` when it is one of this template's deltas, stamped with the
+        relay's next sequence number, and that number; else None (and nothing changed)."""
         before, after_text, after_number = self._before, self._after_text, self._after_number
         if not data.startswith(before):
             return None
@@ -145,8 +145,8 @@ class DeltaTemplate:
             except UnicodeDecodeError:
                 return None
         ours_before, ours_after = self._ours
-        sequence = str(relay.next_sequence()).encode()
-        return b"".join((ours_before, text, ours_after, sequence, b"}"))
+        sequence = relay.next_sequence()
+        return b"".join((ours_before, text, ours_after, str(sequence).encode(), b"}")), sequence
 
 
 def _is_number(digits: bytes) -> bool:

@@ -107,14 +107,15 @@ async def pump(
     relay: StreamRelay,
     handle: Callable[[dict[str, Any]], None],
     flush: Callable[[], None] | None = None,
-    spliced: Callable[[bytes], None] | None = None,
+    spliced: Callable[[bytes, int], None] | None = None,
 ) -> ApiError | None:
     """Feeds each decoded upstream event to ``handle`` until the upstream's terminal
     event or error (which the relay keeps); returns the transport's failure, if any.
     ``flush`` is called after each batch (what one socket read brought): the events
     ``handle`` published for it go to the client together. ``spliced``: ``handle``
     relays every event as is; a text delta that matches the last one's template
-    (``turns/runner/delta_splice.py``) goes there instead, as our JSON."""
+    (``turns/runner/delta_splice.py``) goes there instead, as our JSON and its sequence
+    number."""
     problem_of = EventCheck().problem
     template: DeltaTemplate | None = None
     try:
@@ -124,7 +125,7 @@ async def pump(
                 if template is not None and spliced is not None:
                     ours = template.splice(data, relay)
                     if ours is not None:
-                        spliced(ours)
+                        spliced(*ours)
                         continue
                 if data == b"[DONE]":
                     return None
