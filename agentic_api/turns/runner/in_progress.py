@@ -28,6 +28,7 @@ from agentic_api.turns.prepare.render import streams_upstream
 from agentic_api.turns.runner.channel import TurnChannel
 from agentic_api.turns.runner.relay import TEXT_DELTA, StreamRelay
 from agentic_api.wire.items import Item
+from agentic_api.wire.reasoning_seal import wants_sealed_reasoning
 from agentic_api.wire.response_object import open_sampling
 
 Emit = Callable[[dict[str, Any]], None]
@@ -65,6 +66,7 @@ class TurnInProgress:
             turn.base,
             open_sampling(turn.request),
             services.sampling_defaults.setdefault(turn.request.model, {}),
+            seal_reasoning=wants_sealed_reasoning(turn.request.include),
         )
         self.streaming = streams_upstream(turn.request)
         self.meter = TurnMeter(
