@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_api.errors import ApiError
+from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.runtime import Services
 from agentic_api.storage.conversations import ConversationRepository
 from agentic_api.turns.data.caller import Caller
@@ -73,6 +73,13 @@ async def start_socket_turn(
     of the turn recorded without the model (already kept for the lane); or for a prewarm
     (which overrides ``generate``, as OpenAI documents) its events: the lane keeps
     nothing of it, since nothing can continue it."""
+    if request.runs_agents:
+        raise InvalidRequest(
+            "Hosted multi-agent responses are not served over the WebSocket yet: use "
+            "POST /v1/responses?beta=true.",
+            param="multi_agent",
+            code="unsupported_parameter",
+        )
     base = await _kept_base(services, caller.tenant_id, histories, request)
     try:
         turn = await prepare_turn(services, caller, request, local=histories)

@@ -28,6 +28,7 @@ from agentic_api.wire.limits import (
     MAX_TOOLS,
 )
 from agentic_api.wire.metadata import check_metadata
+from agentic_api.wire.multi_agent import NOT_BETA, BetaContext, MultiAgentConfig, check_multi_agent
 from agentic_api.wire.storable import check_depth, check_no_nul, too_deep
 
 # Fields that shape our own behaviour and never travel upstream as given.
@@ -47,6 +48,8 @@ SERVER_FIELDS = frozenset(
         "generate",
         "stream_id",
         "type",
+        # The hosted multi-agent beta runs here (turns/kinds/multi_agent/), never upstream.
+        "multi_agent",
     }
 )
 
@@ -116,6 +119,8 @@ class CreateResponseRequest(BaseModel):
     user: str | None = Field(None, strict=True)
     safety_identifier: str | None = Field(None, strict=True)
     service_tier: str | None = Field(None, strict=True)
+    # The hosted multi-agent beta (wire/multi_agent.py): only on the beta path.
+    multi_agent: MultiAgentConfig | None = None
 
     @field_validator("model", "previous_response_id")
     @classmethod
@@ -173,6 +178,11 @@ class CreateResponseRequest(BaseModel):
         return self.prompt_cache_options is not None and self.prompt_cache_options.prewarm
 
     @property
+    def runs_agents(self) -> bool:
+        """Whether the server runs this response as a multi-agent tree."""
+        return self.multi_agent is not None and self.multi_agent.enabled
+
+    @property
     def conversation_id(self) -> str | None:
         if isinstance(self.conversation, ConversationRef):
             return self.conversation.id
@@ -220,13 +230,18 @@ def validation_failure(exc: ValidationError) -> ApiError:
     return InvalidRequest(f"Invalid value for '{param}': {message}", param=param, code=code)
 
 
-def parse_create_request(raw: bytes) -> tuple[CreateResponseRequest, dict[str, Any]]:
+def parse_create_request(
+    raw: bytes, beta: BetaContext = NOT_BETA
+) -> tuple[CreateResponseRequest, dict[str, Any]]:
+    """``beta``: how the request arrived (the beta path and header), which decides
+    whether ``multi_agent`` may be given."""
     data = parse_json_object(raw)
     try:
         request = CreateResponseRequest.model_validate(data)
     except ValidationError as exc:
         raise validation_failure(exc) from exc
     refuse_unsupported(data)
+    check_multi_agent(request.multi_agent, data, beta)
     if request.conversation is not None and request.previous_response_id is not None:
         raise InvalidRequest(
             "'conversation' and 'previous_response_id' cannot be used together.",

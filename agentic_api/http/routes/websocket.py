@@ -32,6 +32,7 @@ from agentic_api.serving.tenants import TenantContext
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.connection_histories import ConnectionHistories
 from agentic_api.wire.events import socket_error_frame, socket_event
+from agentic_api.wire.multi_agent import beta_of
 from agentic_api.wire.requests import parse_create_request
 
 router = APIRouter(tags=["responses"])
@@ -220,7 +221,9 @@ async def _serve_create(
             code="unsupported_parameter",
         )
     body["stream"] = True
-    request, _raw = parse_create_request(orjson.dumps(body))
+    request, _raw = parse_create_request(
+        orjson.dumps(body), beta_of(session.websocket.query_params, session.websocket.headers)
+    )
     started = await start_socket_turn(
         session.services,
         Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt),

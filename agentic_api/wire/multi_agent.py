@@ -1,0 +1,165 @@
+"""The hosted multi-agent beta on the wire: what a request may ask, what is refused.
+
+OpenAI serves it at ``POST /v1/responses?beta=true`` with the header
+``OpenAI-Beta: responses_multi_agent=v1`` (``client.beta.responses.create(...,
+betas=["responses_multi_agent=v1"])`` sends both); its one request field is
+``multi_agent {enabled, max_concurrent_subagents}``. Here:
+
+- ``multi_agent`` anywhere else (the plain path, the beta path without the header) is a
+  400 naming it, never a field passed on and ignored;
+- a beta header naming a beta this server does not serve is a 400;
+- what the beta itself refuses with multi-agent on (``max_tool_calls``,
+  ``reasoning.summary``) is a 400 before anything runs;
+- ``max_concurrent_subagents`` is bounded by the server (``AGENTIC_MULTI_AGENT_MAX_CONCURRENT``).
+
+The items a multi-agent response shows (``multi_agent_call``, ``multi_agent_call_output``,
+``agent_message``, the ``agent`` attribution on every item) are built by the functions at
+the end of this module, with the SDK's beta types (``openai/types/beta``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentic_api.errors import InvalidRequest
+from agentic_api.wire.limits import MAX_INTEGER
+
+# The one beta this server serves, as the SDK names it in ``OpenAI-Beta``.
+MULTI_AGENT_BETA = "responses_multi_agent=v1"
+SERVED_BETAS = frozenset({MULTI_AGENT_BETA})
+
+# OpenAI's default (``response_create_params.MultiAgent``).
+DEFAULT_MAX_CONCURRENT_SUBAGENTS = 3
+
+# The root agent's canonical name, as the Agents SDK's hosted model expects it.
+ROOT_AGENT = "/root"
+
+Action = Literal[
+    "spawn_agent", "wait_agent", "send_message", "followup_task", "interrupt_agent", "list_agents"
+]
+ACTIONS: tuple[Action, ...] = (
+    "spawn_agent",
+    "wait_agent",
+    "send_message",
+    "followup_task",
+    "interrupt_agent",
+    "list_agents",
+)
+
+
+class MultiAgentConfig(BaseModel):
+    """``multi_agent`` as the SDK types it; unknown keys are refused (never ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(strict=True)
+    max_concurrent_subagents: int = Field(
+        DEFAULT_MAX_CONCURRENT_SUBAGENTS, ge=1, le=MAX_INTEGER, strict=True
+    )
+
+
+@dataclass(frozen=True)
+class BetaContext:
+    """How the request arrived: on the beta path (``?beta=true``) and with which
+    ``OpenAI-Beta`` header (None when absent)."""
+
+    path: bool = False
+    header: str | None = None
+
+    @property
+    def betas(self) -> frozenset[str]:
+        if self.header is None:
+            return frozenset()
+        return frozenset(part.strip() for part in self.header.split(",") if part.strip())
+
+
+NOT_BETA = BetaContext()
+
+
+def beta_of(query: Mapping[str, str], headers: Mapping[str, str]) -> BetaContext:
+    """The request's beta context from its query string and headers."""
+    return BetaContext(path=query.get("beta") == "true", header=headers.get("openai-beta"))
+
+
+def check_betas(beta: BetaContext) -> None:
+    """Refuses a beta header naming a beta this server does not serve."""
+    unknown = sorted(beta.betas - SERVED_BETAS)
+    if unknown:
+        raise InvalidRequest(
+            f"Unsupported beta: '{unknown[0]}' is not served by this server (it serves "
+            f"'{MULTI_AGENT_BETA}' only).",
+            param="OpenAI-Beta",
+            code="unsupported_beta",
+        )
+
+
+def check_multi_agent(
+    config: MultiAgentConfig | None,
+    data: Mapping[str, Any],
+    beta: BetaContext,
+) -> None:
+    """Everything about ``multi_agent`` that could refuse the request, before it runs."""
+    check_betas(beta)
+    if config is None:
+        return
+    if not beta.path:
+        raise InvalidRequest(
+            "Unsupported parameter: 'multi_agent' is a beta field: send it to "
+            "POST /v1/responses?beta=true with the header "
+            f"'OpenAI-Beta: {MULTI_AGENT_BETA}' (client.beta.responses.create).",
+            param="multi_agent",
+            code="unsupported_parameter",
+        )
+    if MULTI_AGENT_BETA not in beta.betas:
+        raise InvalidRequest(
+            f"'multi_agent' requires the header 'OpenAI-Beta: {MULTI_AGENT_BETA}' "
+            f"(betas=['{MULTI_AGENT_BETA}'] in the SDK).",
+            param="multi_agent",
+            code="beta_header_required",
+        )
+    if not config.enabled:
+        return
+    if data.get("max_tool_calls") is not None:
+        raise InvalidRequest(
+            "'max_tool_calls' is not supported with multi_agent enabled.",
+            param="max_tool_calls",
+            code="unsupported_parameter",
+        )
+    reasoning = data.get("reasoning")
+    if isinstance(reasoning, Mapping) and reasoning.get("summary") is not None:
+        raise InvalidRequest(
+            "'reasoning.summary' is not supported with multi_agent enabled.",
+            param="reasoning.summary",
+            code="unsupported_parameter",
+        )
+
+
+def check_concurrency(config: MultiAgentConfig | None, max_concurrent: int) -> None:
+    """The server's bound on ``max_concurrent_subagents`` (a setting, so checked where
+    the settings are: before the turn is prepared or queued)."""
+    if config is None or not config.enabled:
+        return
+    if config.max_concurrent_subagents > max_concurrent:
+        raise InvalidRequest(
+            f"'multi_agent.max_concurrent_subagents' may be at most {max_concurrent} on this "
+            f"server; got {config.max_concurrent_subagents}.",
+            param="multi_agent.max_concurrent_subagents",
+            code="integer_above_max_value",
+        )
+
+
+def refuse_compaction_beta(beta: BetaContext) -> None:
+    """``/responses/compact`` with the multi-agent beta: the beta compacts automatically
+    (``context_management``), never on request."""
+    check_betas(beta)
+    if MULTI_AGENT_BETA in beta.betas:
+        raise InvalidRequest(
+            "Explicit compaction is not supported for multi-agent responses; use "
+            "'context_management' on the multi-agent request instead.",
+            param="previous_response_id",
+            code="unsupported_parameter",
+        )
