@@ -16,7 +16,7 @@ from typing import Any
 from agentic_api import idempotency
 from agentic_api.background.follow import follow
 from agentic_api.background.queue import enqueue
-from agentic_api.errors import ApiError, InvalidRequest
+from agentic_api.errors import ApiError
 from agentic_api.idempotency import Claim, requires_store
 from agentic_api.runtime import Services
 from agentic_api.serving.results import Final, Prewarmed, Queued, Replayed, Streaming, replayed
@@ -43,12 +43,6 @@ async def create_response(
     """``raw``: the request as parsed JSON (an Idempotency-Key's request hash);
     ``key``: the request's Idempotency-Key, checked."""
     check_concurrency(request.multi_agent, services.settings.multi_agent_max_concurrent)
-    if request.runs_agents:
-        raise InvalidRequest(
-            "Hosted multi-agent execution is not available on this server yet.",
-            param="multi_agent.enabled",
-            code="unsupported_value",
-        )
     if request.prewarms:
         return await run_prewarm(services, await prepare_turn(services, caller, request))
     claim: Claim | None = None

@@ -18,6 +18,7 @@ from agentic_api.runtime import Services
 from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.kinds.compaction import run_compaction_turn
+from agentic_api.turns.kinds.multi_agent.turn import run_multi_agent_turn
 from agentic_api.turns.kinds.plain import run_plain_turn
 from agentic_api.turns.kinds.threshold_compaction import passes_threshold, run_threshold_compaction
 from agentic_api.turns.kinds.tool_loop import run_tool_turn
@@ -84,10 +85,16 @@ async def run_begun(run: TurnInProgress) -> dict[str, Any]:
         keep_warm.turn_started(turn.lineage.session_id)
     try:
         # Counted before anything is sent: a count that fails refuses the turn unrun.
-        threshold = None if turn.compacts or turn.runs_tools else compact_threshold(turn.request)
+        threshold = (
+            None
+            if turn.compacts or turn.runs_tools or turn.request.runs_agents
+            else compact_threshold(turn.request)
+        )
         over = threshold is not None and await passes_threshold(run.services, turn, threshold)
         async with run.held:
-            if turn.compacts:
+            if turn.request.runs_agents:
+                ending = await run_multi_agent_turn(run)
+            elif turn.compacts:
                 ending = await run_compaction_turn(run)
             elif over:
                 ending = await run_threshold_compaction(run)

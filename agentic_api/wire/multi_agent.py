@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentic_api.errors import InvalidRequest
 from agentic_api.wire.limits import MAX_INTEGER
+from lineage import IdKind, mint_id
 
 # The one beta this server serves, as the SDK names it in ``OpenAI-Beta``.
 MULTI_AGENT_BETA = "responses_multi_agent=v1"
@@ -163,3 +164,55 @@ def refuse_compaction_beta(beta: BetaContext) -> None:
             param="previous_response_id",
             code="unsupported_parameter",
         )
+
+
+# -- the items a multi-agent response shows (openai/types/beta/beta_response_output_item.py)
+
+
+def attributed(item: Mapping[str, Any], agent_name: str) -> dict[str, Any]:
+    """``item`` as the client sees it in a multi-agent response: with the agent that
+    produced it."""
+    return {**item, "agent": {"agent_name": agent_name}}
+
+
+def call_item(action: str, arguments: str, call_id: str, agent_name: str) -> dict[str, Any]:
+    """``multi_agent_call``: an action an agent asked of the tree."""
+    return attributed(
+        {
+            "id": mint_id(IdKind.MULTI_AGENT_CALL),
+            "type": "multi_agent_call",
+            "action": action,
+            "arguments": arguments,
+            "call_id": call_id,
+        },
+        agent_name,
+    )
+
+
+def call_output_item(action: str, call_id: str, text: str, agent_name: str) -> dict[str, Any]:
+    """``multi_agent_call_output``: what the action returned to the agent that asked."""
+    return attributed(
+        {
+            "id": mint_id(IdKind.MULTI_AGENT_OUTPUT),
+            "type": "multi_agent_call_output",
+            "action": action,
+            "call_id": call_id,
+            "output": [{"type": "output_text", "text": text, "annotations": []}],
+        },
+        agent_name,
+    )
+
+
+def agent_message_item(author: str, recipient: str, text: str) -> dict[str, Any]:
+    """``agent_message``: what one agent sent another (a task, a message, a result),
+    attributed to its author."""
+    return attributed(
+        {
+            "id": mint_id(IdKind.AGENT_MESSAGE),
+            "type": "agent_message",
+            "author": author,
+            "recipient": recipient,
+            "content": [{"type": "input_text", "text": text}],
+        },
+        author,
+    )
