@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentic_api.errors import ApiError, InvalidRequest
+from agentic_api.errors import ApiError
 from agentic_api.runtime import Services
 from agentic_api.storage.conversations import ConversationRepository
 from agentic_api.turns.data.caller import Caller
@@ -30,7 +30,9 @@ from agentic_api.turns.prepare.connection_histories import (
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.prewarm import run_prewarm
 from agentic_api.turns.run import TurnFailed, TurnStream, open_stream, run_without_model
+from agentic_api.turns.runner.injections import Injections
 from agentic_api.wire.events import CONTINUABLE_STATUSES
+from agentic_api.wire.multi_agent import check_concurrency
 from agentic_api.wire.requests import CreateResponseRequest
 
 
@@ -43,6 +45,8 @@ class SocketTurn:
     lane: str
     # The kept history the turn continued, if it continued one.
     base: LaneHistory | None
+    # Where the client's response.inject frames go while the turn runs.
+    injections: Injections | None = None
 
     async def settle(self) -> None:
         """Waits for the turn's end and keeps what the lane continues from."""
@@ -73,13 +77,7 @@ async def start_socket_turn(
     of the turn recorded without the model (already kept for the lane); or for a prewarm
     (which overrides ``generate``, as OpenAI documents) its events: the lane keeps
     nothing of it, since nothing can continue it."""
-    if request.runs_agents:
-        raise InvalidRequest(
-            "Hosted multi-agent responses are not served over the WebSocket yet: use "
-            "POST /v1/responses?beta=true.",
-            param="multi_agent",
-            code="unsupported_parameter",
-        )
+    check_concurrency(request.multi_agent, services.settings.multi_agent_max_concurrent)
     base = await _kept_base(services, caller.tenant_id, histories, request)
     try:
         turn = await prepare_turn(services, caller, request, local=histories)
@@ -92,7 +90,10 @@ async def start_socket_turn(
         events = await run_without_model(services, turn)
         _remember(histories, lane, turn, base, [])
         return events
-    return SocketTurn(await open_stream(services, turn), histories, lane, base)
+    # A multi-agent response waits for the client's tool outputs (response.inject).
+    injections = Injections() if request.runs_agents else None
+    stream = await open_stream(services, turn, injections=injections)
+    return SocketTurn(stream, histories, lane, base, injections)
 
 
 async def _kept_base(

@@ -26,6 +26,7 @@ from agentic_api.turns.prepare.summary_request import compact_threshold
 from agentic_api.turns.runner.channel import TurnChannel
 from agentic_api.turns.runner.finish import TurnFailed, commit_turn, end_turn
 from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.injections import Injections
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.turns.runner.tokens import attach_tokens
 from agentic_api.wire.events import CREATED, snapshot_event, terminal_event
@@ -58,11 +59,14 @@ def begin_turn(
     channel: TurnChannel | None = None,
     *,
     hooks: CommitHooks = NO_HOOKS,
+    injections: Injections | None = None,
 ) -> TurnInProgress:
     """The turn about to be sent: its token plan attached (which may bind its fingerprint
     and ask for ids in its body) and its in-progress state, for ``run_begun``."""
     turn, tokens = attach_tokens(services, turn)
-    return TurnInProgress(services, turn, channel, hooks=hooks, tokens=tokens)
+    return TurnInProgress(
+        services, turn, channel, hooks=hooks, tokens=tokens, injections=injections
+    )
 
 
 async def run_begun(run: TurnInProgress) -> dict[str, Any]:
@@ -179,13 +183,14 @@ class TurnStream:
         turn: PreparedTurn,
         guard: Guard | None,
         hooks: CommitHooks = NO_HOOKS,
+        injections: Injections | None = None,
     ) -> None:
         self.channel = TurnChannel()
         # The channel's own method, so that reading an event costs no extra call.
         self.next_event = self.channel.next_event
         self.cancel_on_disconnect = services.settings.stream_disconnect == "cancel"
         # What the turn wrote while it ran (what the model saw, once it completed).
-        self.run = begin_turn(services, turn, self.channel, hooks=hooks)
+        self.run = begin_turn(services, turn, self.channel, hooks=hooks, injections=injections)
         work = run_begun(self.run)
         self.task: asyncio.Task[dict[str, Any]] = services.spawn(
             work if guard is None else guard(work)
@@ -225,8 +230,10 @@ async def open_stream(
     *,
     guard: Guard | None = None,
     hooks: CommitHooks = NO_HOOKS,
+    injections: Injections | None = None,
 ) -> TurnStream:
-    """Starts the turn; returns once the upstream accepted it (raises its refusal)."""
-    stream = TurnStream(services, turn, guard, hooks)
+    """Starts the turn; returns once the upstream accepted it (raises its refusal).
+    ``injections``: where the client's tool outputs arrive while it runs."""
+    stream = TurnStream(services, turn, guard, hooks, injections)
     await stream.wait_opened()
     return stream

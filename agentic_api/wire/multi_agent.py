@@ -86,6 +86,36 @@ def beta_of(query: Mapping[str, str], headers: Mapping[str, str]) -> BetaContext
     return BetaContext(path=query.get("beta") == "true", header=headers.get("openai-beta"))
 
 
+def socket_beta(headers: Mapping[str, str]) -> BetaContext:
+    """A Responses WebSocket's beta context: the beta WebSocket
+    (``client.beta.responses.connect``) is the same path, told apart by its header."""
+    header = headers.get("openai-beta")
+    beta = BetaContext(header=header)
+    return BetaContext(path=MULTI_AGENT_BETA in beta.betas, header=header)
+
+
+def inject_failed(
+    response_id: str,
+    code: Literal["response_already_completed", "response_not_found"],
+    input_items: list[Any],
+) -> dict[str, Any]:
+    """``response.inject.failed`` for a response that is not running on the connection
+    (its input comes back, uncommitted, so the client can send it elsewhere)."""
+    message = {
+        "response_already_completed": "The response has already ended; continue it with "
+        "previous_response_id and these items as input.",
+        "response_not_found": "No response with this id is running on this connection.",
+    }[code]
+    return {
+        "type": "response.inject.failed",
+        "response_id": response_id,
+        "input": input_items,
+        "error": {"code": code, "message": message},
+        # Not part of any response's stream: the response is not running.
+        "sequence_number": 0,
+    }
+
+
 def check_betas(beta: BetaContext) -> None:
     """Refuses a beta header naming a beta this server does not serve."""
     unknown = sorted(beta.betas - SERVED_BETAS)

@@ -486,6 +486,10 @@ class StreamCheck:
         where = f"{self.where} event {self.count}"
         self.count += 1
         check_event(event, where, socket=self.socket, vocabulary=self.vocabulary)
+        if isinstance(event, dict) and event.get("type") == "response.inject.failed":
+            # The answer to a client's inject for a response not running: outside every
+            # response's stream (its sequence number is 0).
+            return
         sequence = event.get("sequence_number")
         if not is_int(sequence):
             return  # a connection-level socket error, outside any response's stream

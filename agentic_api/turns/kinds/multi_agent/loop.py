@@ -7,8 +7,10 @@ the client with the agent's name: a call of one of the six actions as a
 ``function_call_output``, shown as ``multi_agent_call_output``), anything else as it is.
 The loop ends when a round asks for no action: the agent's answer is final. A call of a
 client function ends the root's response (the client answers it by continuing, as for any
-function call); a subagent cannot yet wait for a client (``response.inject``), so it ends
-with an error its parent reads.
+function call) unless the client can inject its output (the beta WebSocket's
+``response.inject``): then the agent waits for it and goes on, and so does the rest of the
+tree meanwhile. Over HTTP a subagent cannot wait for a client, so it ends with an error
+its parent reads.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ log = get_logger("agentic_api.turns.multi_agent")
 Outcome = Literal["completed", "incomplete", "client_call", "max_rounds"] | ApiError
 
 SUBAGENT_CLIENT_CALL = (
-    "called a client function tool; a subagent cannot wait for the client's answer yet "
-    "(response.inject is not served), so its task ended"
+    "called a client function tool; over HTTP a subagent cannot wait for the client's "
+    "answer (response.inject needs the beta WebSocket), so its task ended"
 )
 
 
@@ -104,6 +106,8 @@ class AgentLoop:
         actions = [i for i in items if i.get("type") == "function_call" and i.get("name") in NAMES]
         final = not actions
         client_call = False
+        waits: list[str] = []
+        injections = self.run.injections
         for item in items:
             agent.items.append(to_item(item))
             if item in actions:
@@ -116,11 +120,15 @@ class AgentLoop:
                     )
                 )
                 continue
-            client_call = client_call or item.get("type") in CLIENT_CALL_TYPES
+            calls_client = item.get("type") in CLIENT_CALL_TYPES
+            client_call = client_call or calls_client
             shown = attributed(item, agent.name)
             if final and agent.parent is None and item.get("type") == "message":
                 shown["phase"] = "final_answer"
             self.tree.publish(shown)
+            if calls_client and injections is not None and isinstance(item.get("call_id"), str):
+                injections.expect(str(item["call_id"]))
+                waits.append(str(item["call_id"]))
         for call in actions:
             action, call_id = str(call["name"]), str(call["call_id"])
             result = await self.tree.act(agent, action, str(call.get("arguments") or ""))
@@ -135,6 +143,17 @@ class AgentLoop:
                 )
             )
             self.tree.publish(call_output_item(action, call_id, result, agent.name))
+        if client_call and injections is not None and waits:
+            # The client answers over the WebSocket (response.inject): this agent waits,
+            # the rest of the tree goes on.
+            for call_id in waits:
+                answer = await injections.wait(call_id)
+                agent.items.append(
+                    to_item(
+                        {**answer, "id": answer.get("id") or mint_id(IdKind.FUNCTION_CALL_OUTPUT)}
+                    )
+                )
+            return None
         if client_call:
             return "client_call"
         if final:

@@ -79,6 +79,18 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
         run.emit(run.relay.stamp(item_done(index, item)))
 
     tree = Tree(settings, max_concurrent, publish)
+    injections = run.injections
+    if injections is not None:
+
+        def acknowledge() -> None:
+            # In the response's own stream, so its sequence numbers stay contiguous.
+            run.emit(
+                run.relay.stamp(
+                    {"type": "response.inject.created", "response_id": turn.response_id}
+                )
+            )
+
+        injections.on_accepted = acknowledge
     fields = _shared_fields(run)
     context = agentic_context_of(settings)
 
