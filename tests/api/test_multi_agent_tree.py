@@ -243,3 +243,17 @@ def test_cancel_stops_the_whole_tree(tree_client: OpenAI, sim: SimServer, tmp_pa
     assert sim.wait_aborted(1, timeout=10)
     assert sim.aborted[0].json["vllm_xargs"] == by_agent(sim)[ALPHA][0].json["vllm_xargs"]
     assert tree_client.beta.responses.retrieve(queued.id, betas=BETAS).status == "cancelled"
+
+
+def test_a_forced_tool_choice_applies_to_the_roots_first_round(
+    tree_client: OpenAI, sim: SimServer
+) -> None:
+    """Forced on every round (and every subagent, which shares the fields) it would never
+    let an agent answer; the prefix a subagent shares is the same either way."""
+    script_two_helpers(sim)
+    response = create_tree(tree_client, tool_choice={"type": "function", "name": "spawn_agent"})
+    assert response.status == "completed"
+    requests = by_agent(sim)
+    assert requests[ROOT][0].json["tool_choice"] == {"type": "function", "name": "spawn_agent"}
+    later = [*requests[ROOT][1:], *requests[ALPHA], *requests[BETA]]
+    assert {rec.json["tool_choice"] for rec in later} == {"auto"}

@@ -58,9 +58,11 @@ TOOLS: tuple[dict[str, Any], ...] = (
         "then the task; it works alongside you and reports its final answer back to you. "
         "Returns its name.",
         {
-            "task_name": _string(
-                "Short name of the task: lowercase letters, digits and underscores."
-            ),
+            "task_name": {
+                **_string("Short name of the task: lowercase letters, digits and underscores."),
+                # Also steers a model decoding under a schema (a forced tool choice).
+                "pattern": TASK_NAME.pattern,
+            },
             "message": _string("The task: what to do, its constraints and what to report back."),
         },
         ["task_name", "message"],

@@ -92,12 +92,19 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
 
         injections.on_accepted = acknowledge
     fields = _shared_fields(run)
+    # A tool choice that forces a call applies to the root's first round only: applied to
+    # every round (and every subagent, which shares the fields) it would never let an
+    # agent answer. The choice is not part of the rendered prompt, so the prefix each
+    # subagent shares with its parent is the same either way.
+    forces = fields.get("tool_choice") == "required" or isinstance(fields.get("tool_choice"), dict)
+    later = {**fields, "tool_choice": "auto"} if forces else fields
     context = agentic_context_of(settings)
 
     def fields_for(agent: Agent) -> dict[str, Any]:
+        own = fields if agent.parent is None and agent.rounds == 1 else later
         if context is None:
-            return fields
-        own = dict(fields)
+            return own
+        own = dict(own)
         add_agentic_context(own, turn.lineage, turn.request, context, agent.name)
         return own
 
