@@ -30,9 +30,11 @@ def _string(description: str) -> dict[str, Any]:
     return {"type": "string", "description": description}
 
 
-def _tool(
-    name: str, description: str, properties: dict[str, Any], required: list[str]
-) -> dict[str, Any]:
+def _tool(name: str, description: str, properties: dict[str, Any]) -> dict[str, Any]:
+    # Strict (every property required, optional ones nullable): a model server that
+    # decodes under the schema (vLLM with a forced tool choice, or strict tools) then
+    # produces arguments the tree accepts; without it, a small model's forced call was
+    # free text (seen with SmolLM2-135M on vLLM 0.32).
     return {
         "type": "function",
         "name": name,
@@ -40,11 +42,15 @@ def _tool(
         "parameters": {
             "type": "object",
             "properties": properties,
-            "required": required,
+            "required": list(properties),
             "additionalProperties": False,
         },
-        "strict": False,
+        "strict": True,
     }
+
+
+def _optional(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "type": [schema["type"], "null"]}
 
 
 TARGET = _string(
@@ -65,7 +71,6 @@ TOOLS: tuple[dict[str, Any], ...] = (
             },
             "message": _string("The task: what to do, its constraints and what to report back."),
         },
-        ["task_name", "message"],
     ),
     _tool(
         "wait_agent",
@@ -73,40 +78,43 @@ TOOLS: tuple[dict[str, Any], ...] = (
         "no targets are given), or until the timeout. Returns each one's status and final "
         "answer.",
         {
-            "targets": {"type": "array", "items": TARGET, "description": "Agents to wait for."},
-            "timeout_ms": {
-                "type": "integer",
-                "description": f"Longest wait in milliseconds (at most {MAX_WAIT_MS}).",
-            },
+            "targets": _optional(
+                {"type": "array", "items": TARGET, "description": "Agents to wait for."}
+            ),
+            "timeout_ms": _optional(
+                {
+                    "type": "integer",
+                    "description": f"Longest wait in milliseconds (at most {MAX_WAIT_MS}).",
+                }
+            ),
         },
-        [],
     ),
     _tool(
         "send_message",
         "Send a message to another agent. It reads it before its next step; the message "
         "does not start a new task.",
         {"target": TARGET, "message": _string("The message.")},
-        ["target", "message"],
     ),
     _tool(
         "followup_task",
         "Give a subagent a follow-up task. A subagent that has finished starts on it at "
         "once; one still working reads it before its next step.",
         {"target": TARGET, "message": _string("The follow-up task.")},
-        ["target", "message"],
     ),
     _tool(
         "interrupt_agent",
         "Stop a subagent's current task (and its own subagents). Returns its status "
         "before the interruption.",
         {"target": TARGET},
-        ["target"],
     ),
     _tool(
         "list_agents",
         "List the agents of this tree with their status and latest task.",
-        {"path_prefix": _string("Only agents whose name starts with this, such as /root/a.")},
-        [],
+        {
+            "path_prefix": _optional(
+                _string("Only agents whose name starts with this, such as /root/a.")
+            )
+        },
     ),
 )
 
