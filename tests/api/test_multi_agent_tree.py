@@ -257,3 +257,20 @@ def test_a_forced_tool_choice_applies_to_the_roots_first_round(
     assert requests[ROOT][0].json["tool_choice"] == {"type": "function", "name": "spawn_agent"}
     later = [*requests[ROOT][1:], *requests[ALPHA], *requests[BETA]]
     assert {rec.json["tool_choice"] for rec in later} == {"auto"}
+
+
+def test_the_response_ends_when_the_whole_tree_has(tree_client: OpenAI, sim: SimServer) -> None:
+    """A root that answers while a subagent still works: the subagent finishes, and its
+    work is shown after the root's answer (not thrown away)."""
+    sim.push_for(
+        ROOT,
+        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Take your time."})]),
+        Reply("I answered first."),
+    )
+    sim.push_for(ALPHA, Reply("Late but done.", delay=1.0))
+    response = create_tree(tree_client)
+    assert response.status == "completed"
+    shown = [(item.type, item.agent.agent_name if item.agent else None) for item in response.output]
+    root_answer = shown.index(("message", ROOT))
+    assert shown.index(("message", ALPHA)) > root_answer
+    assert ("agent_message", ALPHA) in shown[root_answer:]

@@ -265,6 +265,11 @@ class Tree:
             agent.status = "interrupted"
             agent.finished.set()
 
+    async def settle(self) -> None:
+        """Waits until no subagent is running (one may start another while it runs)."""
+        while running := [a for a in self.subagents() if a.status == "running"]:
+            await asyncio.gather(*(agent.finished.wait() for agent in running))
+
     async def stop_all(self) -> None:
         for agent in list(self.subagents()):
             await self._cancel(agent)

@@ -8,8 +8,9 @@ replayed: its prompt, its output, each action's ``function_call`` and
 whole tree's, in the order things happened, every item carrying its agent's name. The
 response's ``usage`` counts every agent's rounds.
 
-When the root answers without an action (or calls a client function), its subagents
-still running are interrupted and the response ends. Past the wall time
+When the root answers without an action (or calls a client function), the response
+waits for its subagents still running to finish their tasks (their items and answers are
+shown), then ends. Past the wall time
 (``AGENTIC_MULTI_AGENT_MAX_SECONDS``) the tree stops and the response fails with code
 ``multi_agent_time_limit``. A cancelled response (a background cancel, a client that
 leaves with ``AGENTIC_STREAM_DISCONNECT=cancel``) cancels every agent's task with it.
@@ -123,6 +124,10 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
     try:
         async with asyncio.timeout(settings.multi_agent_max_seconds):
             outcome = await loop.rounds(root)
+            if not isinstance(outcome, ApiError):
+                # The response ends when the whole tree has: work under way is finished
+                # and shown, not thrown away (a root that wants it stopped interrupts it).
+                await tree.settle()
     except TimeoutError:
         outcome = ApiError(
             f"The multi-agent response took longer than {settings.multi_agent_max_seconds:g} "
