@@ -23,7 +23,6 @@ from agentic_api.cache.residency.endpoints import Endpoint, EndpointError, parse
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker
-from agentic_api.http import console
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
 from agentic_api.http.middleware import (
@@ -34,7 +33,6 @@ from agentic_api.http.middleware import (
 )
 from agentic_api.http.openapi import install_openapi
 from agentic_api.http.routes import (
-    admin,
     compact,
     conversations,
     health,
@@ -42,13 +40,13 @@ from agentic_api.http.routes import (
     messages,
     metrics,
     models,
-    residency,
     responses,
     websocket,
 )
 from agentic_api.log import configure_logging, get_logger
 from agentic_api.metrics import mark_this_process_dead
-from agentic_api.runtime import Services
+from agentic_api.operator.http import admin, console, residency
+from agentic_api.runtime import Runtime
 from agentic_api.serving.keep_warm import KeepWarmLoop
 from agentic_api.serving.tenants import LOCAL_TENANT_NAME, KeyMemo
 from agentic_api.settings import ConfigError, Settings
@@ -62,7 +60,7 @@ from agentic_api.upstream.client import UpstreamClient
 log = get_logger("agentic_api.app")
 
 
-async def build_services(settings: Settings) -> Services:
+async def build_services(settings: Settings) -> Runtime:
     settings.check()
     endpoints = _kv_event_endpoints(settings)
     secret = settings.load_server_secret()
@@ -85,9 +83,9 @@ async def build_services(settings: Settings) -> Services:
         ),
         connect_timeout=settings.upstream_connect_timeout,
         read_timeout=settings.upstream_read_timeout,
-        models_cache_seconds=settings.models_cache_seconds,
+        models_memo_seconds=settings.models_memo_seconds,
     )
-    services = Services(
+    services = Runtime(
         settings=settings,
         db=db,
         upstream=upstream,
@@ -95,8 +93,8 @@ async def build_services(settings: Settings) -> Services:
         tokens=TokenCapabilityMemo(
             upstream, settings.token_artifacts, block_size=settings.kv_block_size
         ),
-        artifacts=RecentArtifacts(int(settings.token_artifact_cache_mb * 2**20)),
-        histories=VerifiedHistories(int(settings.history_cache_mb * 2**20)),
+        artifacts=RecentArtifacts(int(settings.token_artifact_memo_mb * 2**20)),
+        histories=VerifiedHistories(int(settings.history_memo_mb * 2**20)),
         session_tags=SessionTags(
             in_body=settings.upstream_session_id_in_body,
             report_reuse=settings.kv_events_report_reuse,
@@ -133,7 +131,7 @@ def _kv_event_endpoints(settings: Settings) -> list[Endpoint]:
         raise ConfigError(f"AGENTIC_KV_EVENTS_ENDPOINTS: {exc}") from exc
 
 
-def _attach_residency(services: Services, settings: Settings, endpoints: list[Endpoint]) -> None:
+def _attach_residency(services: Runtime, settings: Settings, endpoints: list[Endpoint]) -> None:
     """One KV-event subscription per process; started by ``serve``'s lifespan and by
     ``agentic-api worker`` (``start_residency``)."""
     services.residency = ResidencyTracker(
@@ -148,12 +146,12 @@ def _attach_residency(services: Services, settings: Settings, endpoints: list[En
     )
 
 
-def start_residency(services: Services) -> None:
+def start_residency(services: Runtime) -> None:
     if services.kv_events is not None:
         services.kv_events.start()
 
 
-def start_keep_warm(services: Services) -> KeepWarmLoop | None:
+def start_keep_warm(services: Runtime) -> KeepWarmLoop | None:
     """The keep-warm loop of this process, when enabled (stop it before closing)."""
     if services.keep_warm is None:
         return None

@@ -37,7 +37,11 @@ class BackgroundSignals:
 
 
 @dataclass
-class Services:
+class Runtime:
+    """The long-lived handles one server process shares across requests: its database,
+    upstream client, salt secret, memos and the tasks it runs on its own. (Named for the
+    process it runs in, not to be confused with ``serving/``, the request handlers.)"""
+
     settings: Settings
     db: Database
     upstream: UpstreamClient

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import secrets
 from functools import cached_property
 from pathlib import Path
@@ -13,6 +14,15 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 SECRET_FILE_NAME = "server_secret"
+
+# Settings renamed so that "cache" means only the model server's KV cache (an in-process
+# reuse of what this server read is a memo). An old name set is a start-up error naming the
+# new one, never silently ignored.
+RENAMED_ENVIRONMENT = {
+    "AGENTIC_HISTORY_CACHE_MB": "AGENTIC_HISTORY_MEMO_MB",
+    "AGENTIC_TOKEN_ARTIFACT_CACHE_MB": "AGENTIC_TOKEN_ARTIFACT_MEMO_MB",
+    "AGENTIC_MODELS_CACHE_SECONDS": "AGENTIC_MODELS_MEMO_SECONDS",
+}
 
 
 def _default_data_dir() -> Path:
@@ -69,13 +79,13 @@ class Settings(BaseSettings):
         description="Seconds to wait for the next bytes from the upstream (per read, so long "
         "streams are fine as long as tokens keep coming).",
     )
-    history_cache_mb: float = Field(
+    history_memo_mb: float = Field(
         64.0,
         ge=0,
         description="Memory for the histories this process just committed or verified, so "
         "continuing them skips re-reading their items (0: always read). Per process.",
     )
-    models_cache_seconds: float = Field(
+    models_memo_seconds: float = Field(
         10.0, ge=0, description="How long the upstream's /v1/models answer is reused."
     )
     token_artifacts: Literal["off", "auto", "required"] = Field(
@@ -96,7 +106,7 @@ class Settings(BaseSettings):
         description="How long a turn's token ids are kept (its reuse account stays); a "
         "continuation of an older turn gets an account that says the ids expired.",
     )
-    token_artifact_cache_mb: float = Field(
+    token_artifact_memo_mb: float = Field(
         32.0,
         ge=0,
         description="Memory for the token ids of turns this process just committed, so "
@@ -479,7 +489,11 @@ class Settings(BaseSettings):
             return False
 
     def check(self) -> None:
-        """Refuse combinations that would be unsafe; raises ``ConfigError``."""
+        """Refuse combinations that would be unsafe, and renamed settings; raises
+        ``ConfigError``."""
+        for old, new in RENAMED_ENVIRONMENT.items():
+            if old in os.environ:
+                raise ConfigError(f"{old} was renamed {new}: set {new} instead")
         if self.single_tenant and (self.production or not self.binds_loopback):
             raise ConfigError(
                 "single-tenant mode (auth off) is only allowed on a loopback host "

@@ -282,8 +282,9 @@ banner() {
     curl -s \$AGENTIC_URL/v1/responses -H "Authorization: Bearer \$KEY" \\
       -H 'Content-Type: application/json' -d "{\"model\": \"\$AGENTIC_MODEL\", \"input\": \"Say hello.\"}"
 
-[serve] then the README's quickstart (the openai SDK, a continuation, streaming, a tool call,
-[serve] the Agents SDK, Codex, Claude Code, the admin views). Ctrl-C stops $2.
+[serve] then the quickstart: README.md (the openai SDK, a continuation, streaming), then
+[serve] docs/quickstart.md (a tool call, the Agents SDK, the admin views, Codex, Claude Code).
+[serve] Ctrl-C stops $2.
 
 EOF
 }

@@ -19,7 +19,7 @@ import orjson
 
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
 from agentic_api.idempotency import Claim, stream_outcome
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.database import Database
 from agentic_api.storage.idempotency import Outcome
 from agentic_api.storage.jobs import JobRepository
@@ -35,7 +35,7 @@ from agentic_api.wire.response_object import finish_response, response_error
 
 
 async def enqueue(
-    services: Services,
+    services: Runtime,
     caller: Caller,
     request: CreateResponseRequest,
     *,
@@ -78,7 +78,7 @@ async def enqueue(
     return queued
 
 
-async def cancel(services: Services, tenant_id: str, response_id: str) -> dict[str, Any]:
+async def cancel(services: Runtime, tenant_id: str, response_id: str) -> dict[str, Any]:
     """Cancels a queued or running background response and returns it; a finished one
     is returned unchanged (as OpenAI does)."""
     async with services.db.write() as session:

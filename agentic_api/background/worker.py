@@ -35,7 +35,7 @@ from agentic_api.background.queue import fail_job
 from agentic_api.errors import ApiError, Conflict
 from agentic_api.log import get_logger
 from agentic_api.metrics import BACKGROUND_QUEUE_DEPTH, BACKGROUND_RECOVERED
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.fault_log import log_step_failure
 from agentic_api.storage.idempotency import IdempotencyRepository
 from agentic_api.storage.jobs import ClaimedJob, JobRepository
@@ -88,7 +88,7 @@ class BackgroundWorkers:
     """``count`` workers and one sweeper (recovery, idempotency-key pruning) in this
     process; ``count`` may be 0 (an API-only process still sweeps)."""
 
-    def __init__(self, services: Services, count: int) -> None:
+    def __init__(self, services: Runtime, count: int) -> None:
         self.services = services
         self.count = count
         self._stopping = False
@@ -213,7 +213,7 @@ class BackgroundWorkers:
             await asyncio.sleep(interval)
 
 
-async def run_job(services: Services, job: ClaimedJob) -> None:
+async def run_job(services: Runtime, job: ClaimedJob) -> None:
     """Runs one claimed job to a terminal state (or until someone else ends it)."""
     db = services.db
     async with db.read() as session:
@@ -234,7 +234,7 @@ def _nanoseconds(moment: datetime) -> int:
 
 
 async def _run_claimed(
-    services: Services, job: ClaimedJob, row: Response, inputs: Sequence[StoredItem]
+    services: Runtime, job: ClaimedJob, row: Response, inputs: Sequence[StoredItem]
 ) -> None:
     db = services.db
     try:
@@ -270,7 +270,7 @@ async def _run_claimed(
         await fail_job(db, job.response_id, job.claim_token, turn.base, failure, events.leftover())
 
 
-async def recover_expired(services: Services, *, with_lease_end: bool = False) -> datetime | None:
+async def recover_expired(services: Runtime, *, with_lease_end: bool = False) -> datetime | None:
     """Applies the module's recovery rule to every job whose lease has expired. With
     ``with_lease_end``, returns when the first lease held as of its read runs out (None
     when none is held; always None without it)."""
@@ -301,7 +301,7 @@ async def recover_expired(services: Services, *, with_lease_end: bool = False) -
     return first_end
 
 
-async def _prepare(services: Services, row: Response, inputs: Sequence[StoredItem]) -> PreparedTurn:
+async def _prepare(services: Runtime, row: Response, inputs: Sequence[StoredItem]) -> PreparedTurn:
     request = CreateResponseRequest.model_validate(row.request)
     caller = Caller(
         row.tenant_id,
@@ -316,7 +316,7 @@ async def _prepare(services: Services, row: Response, inputs: Sequence[StoredIte
     return await prepare_turn(services, caller, request, reservation=reservation)
 
 
-async def _mark_started(services: Services, job: ClaimedJob, turn: PreparedTurn) -> bool:
+async def _mark_started(services: Runtime, job: ClaimedJob, turn: PreparedTurn) -> bool:
     """From here on the job counts as started (recovery fails it rather than rerun it)."""
     now = utcnow()
     lease_until = now + timedelta(seconds=services.settings.lease_seconds)

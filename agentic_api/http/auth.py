@@ -7,12 +7,12 @@ from fastapi import Request
 from starlette.requests import HTTPConnection
 
 from agentic_api.errors import InvalidRequest, Unauthorized
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.tenants import KeyMemo, TenantContext, authenticate_token, is_admin_key
 
 
-def services_of(connection: HTTPConnection) -> Services:
-    services: Services = connection.app.state.services
+def services_of(connection: HTTPConnection) -> Runtime:
+    services: Runtime = connection.app.state.services
     return services
 
 
@@ -38,7 +38,7 @@ def bearer_token(header: str | None) -> str | None:
     return token.strip()
 
 
-async def authenticate(services: Services, memo: KeyMemo, header: str | None) -> TenantContext:
+async def authenticate(services: Runtime, memo: KeyMemo, header: str | None) -> TenantContext:
     return await authenticate_token(services, memo, bearer_token(header))
 
 

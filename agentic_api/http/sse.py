@@ -21,9 +21,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from agentic_api.http.protocol import DIRECT_BODY, DirectBody
-from agentic_api.turns.run import TurnStream
-from agentic_api.turns.runner.channel import Published, ReaderGone
-from agentic_api.upstream.sse import frame_sse
+from agentic_api.serving.results import Published, ReaderGone, TurnStream
+from agentic_api.wire.sse import frame_sse
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 

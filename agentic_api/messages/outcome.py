@@ -9,7 +9,7 @@ from typing import Any
 
 from agentic_api.log import get_logger
 from agentic_api.metrics import TurnMeter
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.message_turns import MessageTurnRecord, MessageTurnRepository
 from agentic_api.wire.anthropic import MessagesRequest
 from lineage import SessionSource
@@ -85,7 +85,7 @@ class MessageContext:
 
 
 async def settle(
-    services: Services, context: MessageContext, meter: TurnMeter, outcome: MessageOutcome
+    services: Runtime, context: MessageContext, meter: TurnMeter, outcome: MessageOutcome
 ) -> None:
     """Counts the outcome and, when the operator asked for it, records it. A record that
     cannot be written is logged, never the client's failure: the model has already

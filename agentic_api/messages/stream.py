@@ -1,6 +1,6 @@
 """A streamed Anthropic Messages turn: the upstream's events relayed as they come.
 
-The upstream request runs in a task of its own (``Services.spawn``) that owns it from
+The upstream request runs in a task of its own (``Runtime.spawn``) that owns it from
 start to end and hands framed events to the client's response through a queue, as a
 streamed Responses turn does: a client that leaves does not cut the turn off unless the
 operator chose ``AGENTIC_STREAM_DISCONNECT=cancel``, and the upstream connection is
@@ -23,16 +23,16 @@ from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.messages.outcome import MessageOutcome, settle
 from agentic_api.messages.turn import PreparedMessage
 from agentic_api.metrics import TurnMeter
-from agentic_api.runtime import Services
-from agentic_api.upstream.sse import frame_sse
+from agentic_api.runtime import Runtime
 from agentic_api.wire.anthropic import error_body
+from agentic_api.wire.sse import frame_sse
 
 _OPENED = object()
 _CLOSED = object()
 
 
 class MessageStream:
-    def __init__(self, services: Services, turn: PreparedMessage) -> None:
+    def __init__(self, services: Runtime, turn: PreparedMessage) -> None:
         self._services = services
         self._turn = turn
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -114,7 +114,7 @@ class MessageStream:
             meter.close()
 
 
-async def open_message_stream(services: Services, turn: PreparedMessage) -> MessageStream:
+async def open_message_stream(services: Runtime, turn: PreparedMessage) -> MessageStream:
     """Starts the turn; returns once the upstream accepted it (raises its refusal)."""
     stream = MessageStream(services, turn)
     await stream.wait_opened()

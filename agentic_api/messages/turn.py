@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from agentic_api.errors import UpstreamError
 from agentic_api.messages.outcome import MessageContext, MessageOutcome, settle
 from agentic_api.metrics import TurnMeter
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.turns.data.caller import Caller
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.wire.anthropic import MessagesRequest, forwarded_headers
@@ -69,7 +69,7 @@ def prepare_message(
     )
 
 
-async def create_message(services: Services, turn: PreparedMessage) -> bytes:
+async def create_message(services: Runtime, turn: PreparedMessage) -> bytes:
     """One JSON answer: the upstream's bytes, relayed as they came. Upstream refusals are
     raised as ``ApiError`` (their status kept for 4xx)."""
     meter = turn.meter(streaming=False)
@@ -90,7 +90,7 @@ async def create_message(services: Services, turn: PreparedMessage) -> bytes:
         meter.close()
 
 
-async def count_message_tokens(services: Services, turn: PreparedMessage) -> bytes:
+async def count_message_tokens(services: Runtime, turn: PreparedMessage) -> bytes:
     """The upstream's exact count of the request's input tokens (its own tokenizer and
     chat template), relayed as it came; nothing is generated or stored."""
     raw, answer = await services.upstream.count_message_tokens(turn.body, turn.headers)

@@ -10,7 +10,7 @@ from typing import Any
 
 from agentic_api import idempotency
 from agentic_api.idempotency import Claim
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.results import Replayed, replayed
 from agentic_api.storage.conversations import ConversationRepository, NewConversationItem
 from agentic_api.storage.idempotency import KeyRef, Outcome
@@ -26,7 +26,7 @@ def new_items(items: list[Item]) -> list[NewConversationItem]:
 
 
 async def append_items(
-    services: Services,
+    services: Runtime,
     tenant_id: str,
     conversation_id: str,
     items: list[Item],

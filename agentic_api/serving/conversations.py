@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.conversation_items import new_items
-from agentic_api.serving.pages import item_page, shown_item
+from agentic_api.serving.pagination import item_page, shown_item
 from agentic_api.storage.conversations import ConversationRepository
 from agentic_api.storage.models import Conversation
 from agentic_api.storage.types import to_unix
@@ -29,14 +29,14 @@ def _item_not_found(item_id: str) -> ApiError:
 
 
 async def create(
-    services: Services, tenant_id: str, items: list[Item], metadata: dict[str, str]
+    services: Runtime, tenant_id: str, items: list[Item], metadata: dict[str, str]
 ) -> dict[str, Any]:
     async with services.db.write() as session:
         row = await ConversationRepository(session).create(tenant_id, metadata, new_items(items))
     return _object(row)
 
 
-async def retrieve(services: Services, tenant_id: str, conversation_id: str) -> dict[str, Any]:
+async def retrieve(services: Runtime, tenant_id: str, conversation_id: str) -> dict[str, Any]:
     async with services.db.read() as session:
         row = await ConversationRepository(session).get(tenant_id, conversation_id)
     if row is None:
@@ -45,7 +45,7 @@ async def retrieve(services: Services, tenant_id: str, conversation_id: str) -> 
 
 
 async def update(
-    services: Services, tenant_id: str, conversation_id: str, metadata: dict[str, str]
+    services: Runtime, tenant_id: str, conversation_id: str, metadata: dict[str, str]
 ) -> dict[str, Any]:
     async with services.db.write() as session:
         repo = ConversationRepository(session)
@@ -55,7 +55,7 @@ async def update(
     return _object(row)
 
 
-async def delete(services: Services, tenant_id: str, conversation_id: str) -> None:
+async def delete(services: Runtime, tenant_id: str, conversation_id: str) -> None:
     async with services.db.write() as session:
         deleted = await ConversationRepository(session).delete(tenant_id, conversation_id)
     if not deleted:
@@ -63,7 +63,7 @@ async def delete(services: Services, tenant_id: str, conversation_id: str) -> No
 
 
 async def list_items(
-    services: Services,
+    services: Runtime,
     tenant_id: str,
     conversation_id: str,
     *,
@@ -95,7 +95,7 @@ async def list_items(
 
 
 async def retrieve_item(
-    services: Services, tenant_id: str, conversation_id: str, item_id: str
+    services: Runtime, tenant_id: str, conversation_id: str, item_id: str
 ) -> dict[str, Any]:
     async with services.db.read() as session:
         repo = ConversationRepository(session)
@@ -108,7 +108,7 @@ async def retrieve_item(
 
 
 async def delete_item(
-    services: Services, tenant_id: str, conversation_id: str, item_id: str
+    services: Runtime, tenant_id: str, conversation_id: str, item_id: str
 ) -> dict[str, Any]:
     """Removes one item; like OpenAI, answers with the (updated) Conversation object."""
     async with services.db.write() as session:

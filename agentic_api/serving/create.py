@@ -18,7 +18,7 @@ from agentic_api.background.follow import follow
 from agentic_api.background.queue import enqueue
 from agentic_api.errors import ApiError
 from agentic_api.idempotency import Claim, requires_store
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.results import Final, Prewarmed, Queued, Replayed, Streaming, replayed
 from agentic_api.storage.idempotency import KeyRef, Outcome
 from agentic_api.turns.data.caller import Caller
@@ -33,7 +33,7 @@ Created = Replayed | Queued | Streaming | Final | Prewarmed
 
 
 async def create_response(
-    services: Services,
+    services: Runtime,
     caller: Caller,
     request: CreateResponseRequest,
     raw: dict[str, Any],

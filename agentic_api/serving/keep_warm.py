@@ -15,7 +15,7 @@ import aiohttp
 from agentic_api.cache.keep_warm import Due, KeepWarm, Pause, Rewarm
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.serving.tenants import active_tenant
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.prepare.turn import prepare_turn
@@ -45,7 +45,7 @@ def continuation_prewarm(paused: CreateResponseRequest, response_id: str) -> Cre
 
 
 class KeepWarmLoop:
-    def __init__(self, services: Services, policy: KeepWarm) -> None:
+    def __init__(self, services: Runtime, policy: KeepWarm) -> None:
         self.services = services
         self.policy = policy
         self._task: asyncio.Task[None] | None = None

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_api.errors import ApiError
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 
 
-async def readiness(services: Services) -> dict[str, Any]:
+async def readiness(services: Runtime) -> dict[str, Any]:
     """The /ready body; its ``failing`` list is empty when the server is ready."""
     checks: dict[str, Any] = {}
     try:

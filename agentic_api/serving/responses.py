@@ -10,8 +10,8 @@ from typing import Any
 from agentic_api.background import queue as background
 from agentic_api.background.follow import follow
 from agentic_api.errors import ApiError, InvalidRequest
-from agentic_api.runtime import Services
-from agentic_api.serving.pages import item_page
+from agentic_api.runtime import Runtime
+from agentic_api.serving.pagination import item_page
 from agentic_api.serving.results import StoredEvents
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.turns.runner.rebuilt_events import rebuild_events
@@ -53,7 +53,7 @@ Retrieved = dict[str, Any] | FollowedEvents | StoredEventList | RebuiltEvents
 
 
 async def retrieve(
-    services: Services,
+    services: Runtime,
     tenant_id: str,
     response_id: str,
     *,
@@ -80,7 +80,7 @@ async def retrieve(
     return RebuiltEvents([e for e in rebuild_events(row.body) if e["sequence_number"] > after])
 
 
-async def delete(services: Services, tenant_id: str, response_id: str) -> dict[str, Any]:
+async def delete(services: Runtime, tenant_id: str, response_id: str) -> dict[str, Any]:
     """Marks the response deleted (cancelling it first while it still runs)."""
     async with services.db.read() as session:
         row = await ResponseRepository(session).get(tenant_id, response_id)
@@ -96,7 +96,7 @@ async def delete(services: Services, tenant_id: str, response_id: str) -> dict[s
 
 
 async def input_items(
-    services: Services,
+    services: Runtime,
     tenant_id: str,
     response_id: str,
     *,
@@ -123,3 +123,9 @@ async def input_items(
             row.id, after_position=after_position, limit=limit + 1, descending=descending
         )
     return item_page(rows, limit)
+
+
+async def cancel(services: Runtime, tenant_id: str, response_id: str) -> dict[str, Any]:
+    """Cancels a queued or running background response and returns it; a finished one
+    comes back unchanged (the queue decides, ``background/queue.py``)."""
+    return await background.cancel(services, tenant_id, response_id)

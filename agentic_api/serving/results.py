@@ -11,8 +11,20 @@ from agentic_api.storage.database import Database
 from agentic_api.storage.idempotency import Outcome
 from agentic_api.turns.prewarm import Prewarmed
 from agentic_api.turns.run import TurnStream
+from agentic_api.turns.runner.channel import Published, ReaderGone
 
-__all__ = ["Final", "Prewarmed", "Queued", "Replayed", "Streaming", "replayed"]
+# A streamed turn's types are named here too, so a route renders one without importing turns/.
+__all__ = [
+    "Final",
+    "Prewarmed",
+    "Published",
+    "Queued",
+    "ReaderGone",
+    "Replayed",
+    "Streaming",
+    "TurnStream",
+    "replayed",
+]
 
 StoredEvents = AsyncIterator[tuple[int, str]]
 

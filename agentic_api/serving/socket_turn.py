@@ -18,19 +18,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentic_api.errors import ApiError
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.conversations import ConversationRepository
 from agentic_api.turns.data.caller import Caller
 from agentic_api.turns.data.prepared import PreparedTurn
+
+# ConnectionHistories is named again for the WebSocket route, which keeps one per connection.
 from agentic_api.turns.prepare.connection_histories import (
-    ConnectionHistories,
+    ConnectionHistories as ConnectionHistories,
+)
+from agentic_api.turns.prepare.connection_histories import (
     LaneHistory,
     lane_history_after,
 )
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.prewarm import run_prewarm
 from agentic_api.turns.run import TurnFailed, TurnStream, open_stream, run_without_model
-from agentic_api.turns.runner.injections import Injections
+
+# Named again for the WebSocket route, which hands response.inject frames to them.
+from agentic_api.turns.runner.injections import InjectionRefused as InjectionRefused
+from agentic_api.turns.runner.injections import Injections as Injections
 from agentic_api.wire.events import CONTINUABLE_STATUSES
 from agentic_api.wire.multi_agent import check_concurrency
 from agentic_api.wire.requests import CreateResponseRequest
@@ -65,7 +72,7 @@ class SocketTurn:
 
 
 async def start_socket_turn(
-    services: Services,
+    services: Runtime,
     caller: Caller,
     request: CreateResponseRequest,
     *,
@@ -97,7 +104,7 @@ async def start_socket_turn(
 
 
 async def _kept_base(
-    services: Services,
+    services: Runtime,
     tenant_id: str,
     histories: ConnectionHistories,
     request: CreateResponseRequest,
@@ -114,7 +121,7 @@ async def _kept_base(
     return None
 
 
-async def _storage_still_holds(services: Services, tenant_id: str, base: LaneHistory) -> bool:
+async def _storage_still_holds(services: Runtime, tenant_id: str, base: LaneHistory) -> bool:
     ancestor = base.stored_ancestor
     if ancestor is not None and await services.db.turns.checkpoint(tenant_id, ancestor) is None:
         return False

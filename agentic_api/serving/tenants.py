@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 from agentic_api.errors import Unauthorized
 from agentic_api.log import get_logger
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.models import Tenant
 from agentic_api.storage.tenants import TenantRepository, hash_key
+from agentic_api.turns.data.caller import Caller
 from lineage import mint_cache_salt
 
 log = get_logger("agentic_api.tenants")
@@ -32,6 +33,11 @@ class TenantContext:
     cache_salt: str = field(repr=False)
 
 
+def caller_of(tenant: TenantContext) -> Caller:
+    """The turn's caller: the tenant, and the salt (with its epoch) its prompts are keyed under."""
+    return Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
+
+
 class KeyMemo:
     """Resolved API keys, each for KEY_MEMO_SECONDS (a memo: "cache" in this project
     means the KV cache).
@@ -41,7 +47,7 @@ class KeyMemo:
     first lookup ended read the database itself, and on a busy server the reads of a
     burst (each memo expiry under a steady load) queued behind one another: at 64
     concurrent streams, the slowest requests waited ~100 ms for their key
-    (docs/benchmarks/streaming/README.md). A key asked for in the last
+    (docs/benchmarks/streaming/README.md at commit 6a12cfe). A key asked for in the last
     KEY_REFRESH_AHEAD_SECONDS of its entry is answered from the memo and looked up again
     meanwhile, so that under steady traffic no request waits for that read; the entry
     still ends when its time is up, and a lookup that finds the key gone (revoked, its
@@ -125,7 +131,7 @@ def _retrieved(lookup: asyncio.Task[TenantContext | None]) -> None:
 
 
 async def authenticate_token(
-    services: Services,
+    services: Runtime,
     memo: KeyMemo,
     token: str | None,
     *,
@@ -152,7 +158,7 @@ async def authenticate_token(
     return context
 
 
-async def active_tenant(services: Services, tenant_id: str) -> TenantContext | None:
+async def active_tenant(services: Runtime, tenant_id: str) -> TenantContext | None:
     """The tenant as it stands now (its current salt), or None when it is gone or disabled:
     for work the server does on a tenant's behalf with no request to authenticate."""
     async with services.db.read() as session:
@@ -162,7 +168,7 @@ async def active_tenant(services: Services, tenant_id: str) -> TenantContext | N
     return _context(services, tenant)
 
 
-async def _tenant_by_name(services: Services, name: str) -> TenantContext:
+async def _tenant_by_name(services: Runtime, name: str) -> TenantContext:
     async with services.db.read() as session:
         tenant = await TenantRepository(session).by_name(name)
     if tenant is None or tenant.disabled_at is not None:
@@ -170,7 +176,7 @@ async def _tenant_by_name(services: Services, name: str) -> TenantContext:
     return _context(services, tenant)
 
 
-def _context(services: Services, tenant: Tenant) -> TenantContext:
+def _context(services: Runtime, tenant: Tenant) -> TenantContext:
     return TenantContext(
         tenant.id,
         tenant.name,
@@ -179,6 +185,6 @@ def _context(services: Services, tenant: Tenant) -> TenantContext:
     )
 
 
-async def is_admin_key(services: Services, token: str) -> bool:
+async def is_admin_key(services: Runtime, token: str) -> bool:
     async with services.db.read() as session:
         return await TenantRepository(session).is_admin_key(token)

@@ -21,7 +21,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentic_api.storage.models import Conversation, ConversationItem, Response
-from agentic_api.storage.pages import by_position
+from agentic_api.storage.pagination import by_position
 from agentic_api.storage.types import utcnow
 from lineage import IdKind, mint_id
 

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import BindParameter
 
 from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
-from agentic_api.storage.pages import by_position
+from agentic_api.storage.pagination import by_position
 from agentic_api.storage.turn_rows import (
     LIVE_CHECKPOINT,
     LIVE_RESPONSE,

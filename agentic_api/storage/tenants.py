@@ -66,11 +66,6 @@ class TenantRepository:
         tenant.disabled_at = utcnow() if disabled else None
         await self.session.flush()
 
-    async def rotate_salt(self, tenant: Tenant) -> int:
-        tenant.salt_epoch += 1
-        await self.session.flush()
-        return tenant.salt_epoch
-
     async def issue_key(self, tenant: Tenant, name: str | None = None) -> IssuedKey:
         plaintext, display = _new_key(TENANT_KEY_PREFIX)
         key = ApiKey(

@@ -1,10 +1,11 @@
 """One Responses turn, by phase, each package using only those listed after it:
 
-- ``run.py``, ``stream.py``: the entry points (a turn run to its end; a streamed turn's
+- ``run.py``: the entry points (a turn run to its end; ``TurnStream``, a streamed turn's
   handle);
-- ``kinds/``: what a turn does upstream: the plain turn (one round), the tool loop, compaction,
-  and the two requests that use a prepared turn without running it (its input tokens
-  counted, its history compacted);
+- ``prewarm.py``, ``without_commit/``: entry points that prepare a turn and commit
+  nothing (a prewarm; its input tokens counted; its history compacted);
+- ``kinds/``: what a turn does upstream: the plain turn (one round), the tool loop,
+  compaction;
 - ``runner/``: what every kind runs on: the turn in progress, the upstream round and its
   failure rule, the relay, the channel to a streaming client, token truth, and the end
   (commit, terminal event, or the stored failure);

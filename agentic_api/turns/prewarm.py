@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind
 
 from agentic_api import tracing
 from agentic_api.errors import InvalidRequest, UpstreamError
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.turns.runner.round import invalid_answer
@@ -61,7 +61,7 @@ def check_prewarmable(turn: PreparedTurn) -> None:
         )
 
 
-async def run_prewarm(services: Services, turn: PreparedTurn) -> Prewarmed:
+async def run_prewarm(services: Runtime, turn: PreparedTurn) -> Prewarmed:
     """Sends the prewarm (``turn`` prepared from a request with ``prewarm: true``) and
     returns its answer. Raises ``ApiError`` for any failure (nothing is stored)."""
     check_prewarmable(turn)

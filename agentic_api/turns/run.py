@@ -14,7 +14,7 @@ from typing import Any
 
 from agentic_api import tracing
 from agentic_api.errors import ApiError
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.kinds.compaction import run_compaction_turn
@@ -36,7 +36,7 @@ __all__ = ["TurnFailed", "begin_turn", "run_begun", "run_turn", "run_without_mod
 
 
 def run_turn(
-    services: Services,
+    services: Runtime,
     turn: PreparedTurn,
     channel: TurnChannel | None = None,
     *,
@@ -54,7 +54,7 @@ def run_turn(
 
 
 def begin_turn(
-    services: Services,
+    services: Runtime,
     turn: PreparedTurn,
     channel: TurnChannel | None = None,
     *,
@@ -134,7 +134,7 @@ async def run_begun(run: TurnInProgress) -> dict[str, Any]:
             channel.close()
 
 
-async def run_without_model(services: Services, turn: PreparedTurn) -> list[dict[str, Any]]:
+async def run_without_model(services: Runtime, turn: PreparedTurn) -> list[dict[str, Any]]:
     """``generate: false``: record the turn's input as a checkpoint to chain from, without
     calling the model. Returns the events to send (created, then completed)."""
     relay = StreamRelay(turn.base)
@@ -158,7 +158,7 @@ async def run_without_model(services: Services, turn: PreparedTurn) -> list[dict
 
 # The turn must outlive its client (a client that leaves does not stop a turn whose model
 # is already working, and whose commit it will find on retrieval), so it runs in a task
-# ``Services.spawn`` tracks and drains on shutdown, publishing to a ``TurnChannel``. The
+# ``Runtime.spawn`` tracks and drains on shutdown, publishing to a ``TurnChannel``. The
 # handle owns that task and channel, the wait for the upstream's acceptance (before
 # which a refusal is still a plain error), and the disconnect rule
 # (``AGENTIC_STREAM_DISCONNECT``: ``cancel`` stops the turn when its reader leaves,
@@ -179,7 +179,7 @@ Guard = Callable[[Work], Work]
 class TurnStream:
     def __init__(
         self,
-        services: Services,
+        services: Runtime,
         turn: PreparedTurn,
         guard: Guard | None,
         hooks: CommitHooks = NO_HOOKS,
@@ -225,7 +225,7 @@ class TurnStream:
 
 
 async def open_stream(
-    services: Services,
+    services: Runtime,
     turn: PreparedTurn,
     *,
     guard: Guard | None = None,

@@ -124,7 +124,7 @@ class UpstreamClient:
         api_key: str | None = None,
         connect_timeout: float = 5.0,
         read_timeout: float = 300.0,
-        models_cache_seconds: float = 10.0,
+        models_memo_seconds: float = 10.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
@@ -134,7 +134,7 @@ class UpstreamClient:
             total=None, connect=connect_timeout, sock_read=read_timeout
         )
         self._session: aiohttp.ClientSession | None = None
-        self._models_cache_seconds = models_cache_seconds
+        self._models_memo_seconds = models_memo_seconds
         self._models: tuple[float, dict[str, Any]] | None = None
 
     @property
@@ -168,7 +168,7 @@ class UpstreamClient:
 
     async def models(self) -> dict[str, Any]:
         now = time.monotonic()
-        if self._models is not None and now - self._models[0] < self._models_cache_seconds:
+        if self._models is not None and now - self._models[0] < self._models_memo_seconds:
             return self._models[1]
         status, body = await self._request("GET", "v1/models")
         if status != 200:

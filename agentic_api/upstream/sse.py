@@ -120,7 +120,3 @@ class SseDecoder:
             self._event = value.decode("utf-8", "replace")
         elif field == b"data":
             self._data.append(value)
-
-
-def frame_sse(event_type: str, data: bytes) -> bytes:
-    return b"event: " + event_type.encode() + b"\ndata: " + data + b"\n\n"

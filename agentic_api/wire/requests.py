@@ -82,7 +82,7 @@ class BackgroundOptions(BaseModel):
 
 
 class CreateResponseRequest(BaseModel):
-    """Fields we read. Anything else is kept in ``model_extra`` and forwarded verbatim."""
+    """Fields we read. Anything else is kept in ``model_extra`` and passed through verbatim."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -114,7 +114,7 @@ class CreateResponseRequest(BaseModel):
     include: list[str] | None = Field(None, max_length=MAX_INCLUDE_ENTRIES)
     metadata: dict[str, Any] | None = None
     prompt_cache_key: str | None = Field(None, max_length=MAX_PROMPT_CACHE_KEY_LENGTH, strict=True)
-    # Ours: never forwarded (vLLM has no such field; its prefix cache is automatic).
+    # Ours: never sent upstream (vLLM has no such field; its prefix cache is automatic).
     prompt_cache_options: PromptCacheOptions | None = None
     user: str | None = Field(None, strict=True)
     safety_identifier: str | None = Field(None, strict=True)
@@ -189,7 +189,7 @@ class CreateResponseRequest(BaseModel):
         return self.conversation
 
     def passthrough(self) -> dict[str, Any]:
-        """Fields forwarded upstream as the client sent them."""
+        """Fields passed through to the upstream as the client sent them."""
         return {k: v for k, v in (self.model_extra or {}).items() if k not in SERVER_FIELDS}
 
 

@@ -18,11 +18,11 @@ from openai import AuthenticationError, OpenAI
 from openai.types.responses import FunctionToolParam
 from sqlalchemy import func, or_, select
 
-from agentic_api.http.routes import admin as admin_routes
 from agentic_api.http.routes import conversations as conversations_routes
 from agentic_api.http.routes import messages as messages_routes
 from agentic_api.http.routes import models as models_routes
 from agentic_api.http.routes import responses as responses_routes
+from agentic_api.operator.http import admin as admin_routes
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Base, Conversation, Response
 from lineage import ExecutionFingerprint, IdKind, mint_id

@@ -65,7 +65,7 @@ def reading_server(
 ) -> Iterator[RunningServer]:
     """A server that keeps no verified histories: every continuation reads its items."""
     with app_server(
-        backend, db_url, sim.url, tmp_path_factory.mktemp("reading"), history_cache_mb=0
+        backend, db_url, sim.url, tmp_path_factory.mktemp("reading"), history_memo_mb=0
     ) as running:
         yield running
 

@@ -18,7 +18,7 @@ from openai.types.responses import FunctionToolParam
 from sqlalchemy import event
 
 from agentic_api.app import create_app
-from agentic_api.http.console.headers import PAGE_POLICY
+from agentic_api.operator.http.console.headers import PAGE_POLICY
 from tests.conftest import RunningServer, running_server, server_settings
 from tests.support.console import cells, csrf_token, log_in, login_token, number
 from tests.support.console_payloads import LOOKUP_TOOL, MARKUP_PAYLOADS

@@ -1,6 +1,6 @@
-"""Every request field of the SDK's ``ResponseCreateParams`` has one answer (README's
-compatibility table, ``wire/create_fields.py``): implemented here, forwarded to the
-upstream, or refused with a 400 naming it. None is silently dropped.
+"""Every request field of the SDK's ``ResponseCreateParams`` has one answer (the request-field
+table in docs/api.md, ``wire/create_fields.py``): implemented here, forwarded to the upstream,
+or refused with a 400 naming it. None is silently dropped.
 
 The walk goes through the official SDK, field by field, against the simulator."""
 
@@ -261,7 +261,7 @@ def test_bad_prompt_cache_options_are_refused(
     assert count_responses(server.db_url, tenant.id) == 0
 
 
-def test_the_readme_table_says_what_the_code_does() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+def test_the_api_reference_table_says_what_the_code_does() -> None:
+    reference = (Path(__file__).parents[2] / "docs" / "api.md").read_text()
     for name, policy in FIELDS.items():
-        assert f"| `{name}` | {policy.handling} | {policy.note} |" in readme, name
+        assert f"| `{name}` | {policy.handling} | {policy.note} |" in reference, name

@@ -272,7 +272,7 @@ def test_a_truncated_artifact_gives_an_unknown_account(
     fresh_db: str, sim: SimServer, tmp_path: Path
 ) -> None:
     # No recent artifacts kept in process: every parent's ids are read from storage.
-    with running_server(fresh_db, sim, tmp_path, token_artifact_cache_mb=0) as custom:
+    with running_server(fresh_db, sim, tmp_path, token_artifact_memo_mb=0) as custom:
         client = custom.client(create_tenant(fresh_db), timeout=20)
         sim.push(Reply("soon damaged"), Reply("still answered"))
         first = client.responses.create(model=MODEL, input="Store me")

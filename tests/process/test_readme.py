@@ -1,5 +1,6 @@
-"""The README's quickstart, run as written against ``./scripts/serve.sh --simulated``: every
-marked block, in a second "terminal" that has sourced what serve.sh wrote, then Ctrl-C.
+"""The quickstart (the README's, continued in docs/quickstart.md), run as written against
+``./scripts/serve.sh --simulated``: every marked block of both pages, in reading order, in a
+second "terminal" that has sourced what serve.sh wrote, then Ctrl-C.
 (The same blocks against the local SmolLM2 model: tests/real_vllm/test_readme_quickstart.py.)"""
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ import httpx
 import pytest
 
 from tests.support.readme import (
+    QUICKSTART_PAGES,
     README,
     free_port,
+    marked_blocks,
     quickstart_blocks,
     reader_env,
     refuses,
@@ -23,19 +26,12 @@ SERVE_SIMULATED = "./scripts/serve.sh --simulated"
 
 
 def test_readme_marks_every_quickstart_block() -> None:
+    readme, continued = (list(marked_blocks(page)) for page in QUICKSTART_PAGES)
+    # The README starts it and makes a first request; docs/quickstart.md goes on.
+    assert readme == ["serve local", "env", "sdk", "continuation", "streaming"]
+    assert continued == ["tool-call", "agents-sdk", "admin", "codex", "claude-code"]
     blocks = quickstart_blocks()
-    assert set(blocks) == {
-        "serve local",
-        "env",
-        "sdk",
-        "continuation",
-        "streaming",
-        "tool-call",
-        "agents-sdk",
-        "admin",
-        "codex",
-        "claude-code",
-    }
+    assert list(blocks) == readme + continued
     assert blocks["serve local"].code.strip() == "./scripts/serve.sh"
     # The simulated way to start it is in the README as the docs test runs it.
     assert f"`{SERVE_SIMULATED}`" in README.read_text()

@@ -1,7 +1,7 @@
-"""The README's quickstart, run as written against the local model: ``./scripts/serve.sh``
-(SmolLM2-135M-Instruct on the cached CPU vLLM, the caches of ``~/.cache/agentic-api``),
-every marked block that is not simulated-only, then Ctrl-C. The simulated run of all of
-them is tests/process/test_readme.py."""
+"""The quickstart (the README's, continued in docs/quickstart.md), run as written against the
+local model: ``./scripts/serve.sh`` (SmolLM2-135M-Instruct on the cached CPU vLLM, the caches
+of ``~/.cache/agentic-api``), every marked block that is not simulated-only, then Ctrl-C.
+The simulated run of all of them is tests/process/test_readme.py."""
 
 from __future__ import annotations
 

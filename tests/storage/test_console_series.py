@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from agentic_api.serving.console.tenants import LOST_CAUSES
-from agentic_api.storage.console import ConsoleRepository, LostBucket
+from agentic_api.operator.handlers.console.tenants import LOST_CAUSES
+from agentic_api.operator.queries.console import ConsoleRepository, LostBucket
 from agentic_api.storage.database import Database
 from tests.support.console_seed import seed_conversations
 from tests.support.tenants import create_tenant

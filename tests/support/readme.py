@@ -1,10 +1,12 @@
-"""The README's quickstart as the docs tests run it: its marked blocks, ``serve.sh`` started
-as a reader starts it, and each client block run in a shell that has sourced what
-``serve.sh`` wrote (as the reader's second terminal has).
+"""The quickstart as the docs tests run it: the marked blocks of the README and of
+docs/quickstart.md (which goes on where the README stops), ``serve.sh`` started as a reader
+starts it, and each client block run in a shell that has sourced what ``serve.sh`` wrote
+(as the reader's second terminal has).
 
 A block is marked by an HTML comment on the line before its fence:
-``<!-- quickstart: NAME [simulated-only] -->``. ``serve local`` and ``serve simulated``
-are the two ways to start it; ``env`` is the block every other one runs after.
+``<!-- quickstart: NAME [simulated-only] -->``. ``serve local`` is the way to start it;
+``env`` is the block every other one runs after. Blocks run in reading order: the README's,
+then docs/quickstart.md's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
+# The pages a reader follows, in order: every marked block in them is run by the tests.
+QUICKSTART_PAGES = (README, REPO / "docs" / "quickstart.md")
 _MARKED = re.compile(
     r"^<!-- quickstart: (?P<name>[\w -]+?)(?P<sim> simulated-only)? -->\n"
     r"```bash\n(?P<code>.*?)^```$",
@@ -36,13 +40,25 @@ class Block:
     simulated_only: bool
 
 
-def quickstart_blocks(text: str | None = None) -> dict[str, Block]:
+def marked_blocks(page: Path) -> dict[str, Block]:
+    """The marked blocks of one page, in the order it shows them."""
     blocks: dict[str, Block] = {}
-    for match in _MARKED.finditer(README.read_text() if text is None else text):
+    for match in _MARKED.finditer(page.read_text()):
         name = match["name"]
         if name in blocks:
-            raise AssertionError(f"two README blocks are marked {name!r}")
+            raise AssertionError(f"two blocks of {page.name} are marked {name!r}")
         blocks[name] = Block(name, match["code"], match["sim"] is not None)
+    return blocks
+
+
+def quickstart_blocks(pages: tuple[Path, ...] = QUICKSTART_PAGES) -> dict[str, Block]:
+    """Every marked block of ``pages``, in reading order; a name marked twice is an error."""
+    blocks: dict[str, Block] = {}
+    for page in pages:
+        for name, block in marked_blocks(page).items():
+            if name in blocks:
+                raise AssertionError(f"the quickstart marks {name!r} twice ({page.name})")
+            blocks[name] = block
     return blocks
 
 

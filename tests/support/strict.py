@@ -601,7 +601,7 @@ def _check_conversation(body: Any, where: str) -> None:
 
 
 def _check_admin(body: Any, where: str) -> None:
-    """Admin views are ours (``wire/admin.py``); they keep OpenAI's list conventions."""
+    """Admin views are ours (``operator/shapes/admin.py``); they keep OpenAI's list conventions."""
     if isinstance(body, dict) and body.get("object") == "list":
         check_list(body, where, lambda item, at: None, id_key=_admin_id_key(body))
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from agentic_api.cache.recent import RecentArtifacts
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.settings import Settings
 from agentic_api.storage.database import Database
 from agentic_api.storage.migrate import upgrade
@@ -42,12 +42,12 @@ def new_caller(database_url: str) -> Caller:
 @asynccontextmanager
 async def services_with(
     database_url: str, handler: Handler, **settings: Any
-) -> AsyncIterator[Services]:
-    """Services whose upstream is ``handler``; ``settings``: Settings fields to set."""
+) -> AsyncIterator[Runtime]:
+    """A runtime whose upstream is ``handler``; ``settings``: Settings fields to set."""
     async with client_of(handler) as upstream:
         db = Database.from_url(database_url, pool_size=1)
         try:
-            yield Services(
+            yield Runtime(
                 settings=Settings(database_url=database_url, **settings),
                 db=db,
                 upstream=upstream,
@@ -59,14 +59,14 @@ async def services_with(
             await db.close()
 
 
-async def prepared(services: Services, caller: Caller, *, stream: bool) -> PreparedTurn:
+async def prepared(services: Runtime, caller: Caller, *, stream: bool) -> PreparedTurn:
     request, _raw = parse_create_request(
         orjson.dumps({"model": MODEL, "input": "hello", "stream": stream})
     )
     return await prepare_turn(services, caller, request)
 
 
-async def stored(services: Services, caller: Caller, response_id: str) -> Response | None:
+async def stored(services: Runtime, caller: Caller, response_id: str) -> Response | None:
     async with services.db.read() as session:
         return await ResponseRepository(session).get_any(caller.tenant_id, response_id)
 

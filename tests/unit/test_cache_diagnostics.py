@@ -1,5 +1,6 @@
 """The reuse account as OpenAI's ``prompt_cache_diagnostics``: every variant validates
-against the openai SDK's union, and each cause maps to the reason README's table names."""
+against the openai SDK's union, and each cause maps to the reason the table of
+docs/cache_truth.md names."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ foreign cookie proves (nothing), and that tokens are bound to their session."""
 
 from __future__ import annotations
 
-from agentic_api.http.console.login_session import LOGIN_SECONDS, SessionSigner
+from agentic_api.operator.http.console.login_session import LOGIN_SECONDS, SessionSigner
 
 SECRET = b"s" * 32
 NOW = 1_800_000_000

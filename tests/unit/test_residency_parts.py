@@ -28,10 +28,10 @@ from agentic_api.cache.residency.replica import Eviction, Reset
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker, SessionOnReplica
-from agentic_api.serving.admin.residency import annotate_timeline
-from agentic_api.serving.admin.timeline import present_timeline
+from agentic_api.operator.handlers.admin.residency import annotate_timeline
+from agentic_api.operator.handlers.admin.timeline import present_timeline
+from agentic_api.operator.queries.admin import TurnRecord
 from agentic_api.settings import ConfigError, Settings
-from agentic_api.storage.admin import TurnRecord
 from tests.upstream_sim.kv_events import KvEventPublisher, stored
 
 

@@ -67,3 +67,31 @@ def test_keep_warm_needs_the_replicas_kv_events(monkeypatch: pytest.MonkeyPatch)
         "r1": "http://a:1/metrics",
         "r2": "http://b:2/metrics",
     }
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("AGENTIC_HISTORY_CACHE_MB", "AGENTIC_HISTORY_MEMO_MB"),
+        ("AGENTIC_TOKEN_ARTIFACT_CACHE_MB", "AGENTIC_TOKEN_ARTIFACT_MEMO_MB"),
+        ("AGENTIC_MODELS_CACHE_SECONDS", "AGENTIC_MODELS_MEMO_SECONDS"),
+    ],
+)
+def test_a_renamed_setting_is_a_startup_error_naming_the_new_one(
+    monkeypatch: pytest.MonkeyPatch, old: str, new: str
+) -> None:
+    monkeypatch.setenv(old, "0")
+    with pytest.raises(ConfigError, match=f"{old} was renamed {new}"):
+        Settings().check()
+
+
+def test_the_memo_settings_are_read_under_their_new_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AGENTIC_HISTORY_MEMO_MB", "0")
+    monkeypatch.setenv("AGENTIC_TOKEN_ARTIFACT_MEMO_MB", "1.5")
+    monkeypatch.setenv("AGENTIC_MODELS_MEMO_SECONDS", "3")
+    settings = Settings()
+    settings.check()
+    assert (settings.history_memo_mb, settings.token_artifact_memo_mb) == (0, 1.5)
+    assert settings.models_memo_seconds == 3

@@ -18,7 +18,7 @@ from agentic_api.cache.accounting import (
 )
 from agentic_api.cache.codec import ArtifactCorrupt, pack_ids, unpack_ids
 from agentic_api.cache.recent import RecentArtifacts, TokenArtifact
-from agentic_api.serving.admin.token_account import explain_account
+from agentic_api.operator.handlers.admin.token_account import explain_account
 from agentic_api.upstream.capabilities import _BLOCK_SIZE
 from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens, take_reported_tokens
 

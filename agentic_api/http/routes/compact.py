@@ -8,9 +8,8 @@ import orjson
 from fastapi import APIRouter, Depends, Request
 
 from agentic_api.http.auth import require_tenant, services_of
+from agentic_api.serving.compaction import compact_history as compacted
 from agentic_api.serving.tenants import TenantContext
-from agentic_api.turns.data.caller import Caller
-from agentic_api.turns.kinds.compaction import compact
 from agentic_api.wire.multi_agent import beta_of, refuse_compaction_beta
 from agentic_api.wire.requests import parse_create_request, parse_json_object
 
@@ -28,5 +27,4 @@ async def compact_history(request: Request, tenant: Tenant) -> dict[str, Any]:
     data["store"] = False
     data.pop("stream", None)
     create, _raw = parse_create_request(orjson.dumps(data))
-    caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
-    return await compact(services, caller, create)
+    return await compacted(services, tenant, create)

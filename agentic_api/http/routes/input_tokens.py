@@ -11,9 +11,8 @@ import orjson
 from fastapi import APIRouter, Depends, Request
 
 from agentic_api.http.auth import require_tenant, services_of
+from agentic_api.serving.input_tokens import input_tokens as count_input_tokens
 from agentic_api.serving.tenants import TenantContext
-from agentic_api.turns.data.caller import Caller
-from agentic_api.turns.kinds.input_tokens import count_input_tokens
 from agentic_api.wire.requests import (
     CreateResponseRequest,
     parse_create_request,
@@ -39,6 +38,5 @@ async def input_tokens(request: Request, tenant: Tenant) -> dict[str, Any]:
     # Unlike create, counting may omit input (e.g. only what previous_response_id holds).
     data.setdefault("input", [])
     create, _raw = parse_create_request(orjson.dumps(data))
-    caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
-    count = await count_input_tokens(services, caller, create)
+    count = await count_input_tokens(services, tenant, create)
     return {"object": "response.input_tokens", "input_tokens": count}

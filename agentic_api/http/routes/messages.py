@@ -16,10 +16,8 @@ from starlette.responses import Response, StreamingResponse
 
 from agentic_api.http.auth import bearer_token, credential_header, services_of
 from agentic_api.http.sse import SSE_HEADERS
-from agentic_api.messages.turn import PreparedMessage, count_message_tokens, prepare_message
-from agentic_api.serving.messages import answer_message
+from agentic_api.serving import messages as serving
 from agentic_api.serving.tenants import KeyMemo, TenantContext, authenticate_token
-from agentic_api.turns.data.caller import Caller
 from agentic_api.wire.anthropic import (
     BETA_HEADER,
     CLIENT_SESSION_HEADER,
@@ -72,15 +70,15 @@ async def anthropic_tenant(request: Request) -> TenantContext:
     )
 
 
-async def _prepare(request: Request, *, counting: bool) -> PreparedMessage:
+async def _prepare(request: Request, *, counting: bool) -> serving.PreparedMessage:
     # Anthropic's order: who is asking, then which API version, then what is asked.
     tenant = await anthropic_tenant(request)
     version = check_version(request.headers.get(VERSION_HEADER))
     beta = check_beta(request.headers.get(BETA_HEADER))
     session = client_session(request.headers.get(CLIENT_SESSION_HEADER))
     body = parse_messages_request(await request.body(), counting=counting)
-    return prepare_message(
-        Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt),
+    return serving.prepare(
+        tenant,
         body,
         version=version,
         beta=beta,
@@ -94,7 +92,9 @@ async def _prepare(request: Request, *, counting: bool) -> PreparedMessage:
     openapi_extra=_OPENAPI,
 )
 async def messages(request: Request) -> Response:
-    answer = await answer_message(services_of(request), await _prepare(request, counting=False))
+    answer = await serving.answer_message(
+        services_of(request), await _prepare(request, counting=False)
+    )
     if isinstance(answer, bytes):
         return Response(answer, media_type="application/json")
     return StreamingResponse(answer.frames(), media_type="text/event-stream", headers=SSE_HEADERS)
@@ -108,5 +108,5 @@ async def messages(request: Request) -> Response:
 async def count_tokens(request: Request) -> Response:
     turn = await _prepare(request, counting=True)
     return Response(
-        await count_message_tokens(services_of(request), turn), media_type="application/json"
+        await serving.count_tokens(services_of(request), turn), media_type="application/json"
     )

@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-from agentic_api.background import queue as background
 from agentic_api.http.auth import require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.http.json_response import JsonResponse
@@ -22,18 +21,13 @@ from agentic_api.http.sse import (
 from agentic_api.serving import create, responses
 from agentic_api.serving.responses import FollowedEvents, RebuiltEvents, StoredEventList
 from agentic_api.serving.results import Final, Prewarmed, Queued, Streaming
-from agentic_api.serving.tenants import TenantContext
-from agentic_api.turns.data.caller import Caller
+from agentic_api.serving.tenants import TenantContext, caller_of
 from agentic_api.wire.limits import MAX_INTEGER, MAX_LIST_LIMIT
 from agentic_api.wire.multi_agent import beta_of
 from agentic_api.wire.requests import CreateResponseRequest, parse_create_request
 
 router = APIRouter(tags=["responses"])
 Tenant = Annotated[TenantContext, Depends(require_tenant)]
-
-
-def caller_of(tenant: TenantContext) -> Caller:
-    return Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
 
 
 @router.post(
@@ -90,7 +84,7 @@ async def retrieve_response(
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(response_id: str, request: Request, tenant: Tenant) -> JsonResponse:
     """Cancels a queued or running background response; a finished one comes back as is."""
-    return JsonResponse(await background.cancel(services_of(request), tenant.id, response_id))
+    return JsonResponse(await responses.cancel(services_of(request), tenant.id, response_id))
 
 
 @router.delete("/v1/responses/{response_id}")

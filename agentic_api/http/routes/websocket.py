@@ -27,12 +27,14 @@ from agentic_api.errors import ApiError, InvalidRequest, PayloadTooLarge, Unauth
 from agentic_api.http.auth import authenticate, credential_header, services_of
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
-from agentic_api.runtime import Services
-from agentic_api.serving.socket_turn import start_socket_turn
-from agentic_api.serving.tenants import TenantContext
-from agentic_api.turns.data.caller import Caller
-from agentic_api.turns.prepare.connection_histories import ConnectionHistories
-from agentic_api.turns.runner.injections import InjectionRefused, Injections
+from agentic_api.runtime import Runtime
+from agentic_api.serving.socket_turn import (
+    ConnectionHistories,
+    InjectionRefused,
+    Injections,
+    start_socket_turn,
+)
+from agentic_api.serving.tenants import TenantContext, caller_of
 from agentic_api.wire.events import socket_error_frame, socket_event
 from agentic_api.wire.multi_agent import inject_failed, socket_beta
 from agentic_api.wire.requests import parse_create_request
@@ -57,7 +59,7 @@ class Lane:
 @dataclass
 class Session:
     websocket: WebSocket
-    services: Services
+    services: Runtime
     # The handshake's Authorization header, authenticated again for every request.
     authorization: str | None = field(repr=False)
     # The handshake's W3C trace context: each turn's span is its child (empty, untraced).
@@ -234,7 +236,7 @@ async def _serve_create(
     request, _raw = parse_create_request(orjson.dumps(body), socket_beta(session.websocket.headers))
     started = await start_socket_turn(
         session.services,
-        Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt),
+        caller_of(tenant),
         request,
         histories=session.local,
         lane=lane_key,

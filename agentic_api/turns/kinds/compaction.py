@@ -11,7 +11,8 @@ continuation would send it, then a question asking for the summary):
   ``response.output_item.done`` and ``response.completed``. It is stored (or kept by
   the WebSocket connection) like any turn: its input, trigger included, and the item.
 - ``POST /v1/responses/compact``: stores nothing and answers the compacted window
-  itself, ``{object: "response.compaction", output: [user messages…, compaction]}``.
+  itself, ``{object: "response.compaction", output: [user messages…, compaction]}``
+  (``turns/without_commit/compact.py``).
 
 The item carries the model's summary verbatim in ``encrypted_content`` (the field
 clients replay untouched; ours is not encrypted, only opaque to clients). When a later
@@ -24,20 +25,15 @@ through the summary.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from agentic_api.errors import ApiError, UpstreamError
 from agentic_api.log import get_logger
-from agentic_api.runtime import Services
-from agentic_api.turns.data.caller import Caller
-from agentic_api.turns.prepare.summary_request import COMPACTION_TRIGGER, summary_text
-from agentic_api.turns.prepare.turn import prepare_turn
+from agentic_api.turns.prepare.summary_request import summary_text
 from agentic_api.turns.runner.finish import Completion, Ending
 from agentic_api.turns.runner.in_progress import TurnInProgress
 from agentic_api.turns.runner.round import upstream_round
-from agentic_api.wire.items import Item, to_item
-from agentic_api.wire.requests import CreateResponseRequest
+from agentic_api.wire.items import to_item
 from agentic_api.wire.response_object import normalize_usage
 from lineage import IdKind, mint_id
 
@@ -156,50 +152,3 @@ async def summarize(
     item = compaction_item(progress.item_id, summary)
     progress.done(item)
     return item, upstream
-
-
-async def compact(
-    services: Services, caller: Caller, request: CreateResponseRequest
-) -> dict[str, Any]:
-    """``POST /v1/responses/compact``: the compacted window (the history's user messages,
-    then the compaction item), computed by the same summary request; nothing is stored."""
-    trigger = {"type": COMPACTION_TRIGGER}
-    given = request.input if isinstance(request.input, list) else _as_items(request.input)
-    asked = request.model_copy(update={"input": [*given, trigger], "store": False})
-    turn = await prepare_turn(services, caller, asked)
-    answer = await services.upstream.create_response(turn.body, turn.headers)
-    summary = summary_text(answer)
-    if not summary:
-        raise UpstreamError("The model returned no summary to compact the history with.")
-    kept = [_kept_message(item) for item in turn.prompt_items if _is_user_message(item)]
-    return {
-        "id": mint_id(IdKind.RESPONSE),
-        "object": "response.compaction",
-        "created_at": int(time.time()),
-        "output": [*kept, compaction_item(mint_id(IdKind.COMPACTION), summary)],
-        "usage": normalize_usage(answer.get("usage")),
-    }
-
-
-def _as_items(text: str) -> list[dict[str, Any]]:
-    return [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]
-
-
-def _is_user_message(item: Item) -> bool:
-    return item.type == "message" and item.as_dict().get("role") == "user"
-
-
-def _kept_message(item: Item) -> dict[str, Any]:
-    """A kept user message as a full message item: its id (minted for input that had
-    none), ``status``, and ``content`` as a list of ``input_text`` parts."""
-    value = item.as_dict()
-    content = value.get("content")
-    if isinstance(content, str):
-        content = [{"type": "input_text", "text": content}]
-    return {
-        "id": item.id or mint_id(IdKind.MESSAGE),
-        "type": "message",
-        "role": "user",
-        "status": "completed",
-        "content": content,
-    }

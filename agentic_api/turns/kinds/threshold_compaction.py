@@ -24,7 +24,7 @@ import orjson
 
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD
 from agentic_api.turns.kinds.compaction import summarize
@@ -50,7 +50,7 @@ class ContextSize:
     counted: Literal["render", "estimate"]
 
 
-async def context_size(services: Services, turn: PreparedTurn) -> ContextSize:
+async def context_size(services: Runtime, turn: PreparedTurn) -> ContextSize:
     """The turn's input tokens as the model would see them, counted before it runs."""
     capabilities = services.tokens.get(turn.request.model)
     if capabilities is not None and capabilities.render:
@@ -68,7 +68,7 @@ async def context_size(services: Services, turn: PreparedTurn) -> ContextSize:
     return ContextSize(len(turn.body) // BYTES_PER_TOKEN, "estimate")
 
 
-async def passes_threshold(services: Services, turn: PreparedTurn, threshold: int) -> bool:
+async def passes_threshold(services: Runtime, turn: PreparedTurn, threshold: int) -> bool:
     size = await context_size(services, turn)
     passes = size.tokens > threshold
     log.info(

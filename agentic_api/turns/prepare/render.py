@@ -19,8 +19,10 @@ from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.summary import COMPACTION_TRIGGER, summary_message
 from lineage import ResponseLineage, canonical_json
 
-# Request fields we read and forward with the client's value when it gave one.
-_FORWARDED = (
+# Request fields sent upstream with the client's value when it gave one: both the ones the
+# upstream implements ("forwarded" in wire/create_fields.py) and some of ours that it also
+# reads (max_tool_calls, prompt_cache_key, ...).
+_SENT_UPSTREAM = (
     "instructions",
     "tools",
     "tool_choice",
@@ -49,7 +51,7 @@ def upstream_fields(
     tags: SessionTags | None = None,
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {"model": request.model}
-    for name in _FORWARDED:
+    for name in _SENT_UPSTREAM:
         value = getattr(request, name)
         if value is not None:
             fields[name] = value

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from agentic_api import tracing
 from agentic_api.errors import InvalidRequest
 from agentic_api.mcp.specs import McpServer, has_secrets, parse_servers, redact_tools
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Response
 from agentic_api.storage.responses import ResponseRepository
@@ -53,7 +53,7 @@ from lineage import (
 
 
 async def prepare_turn(
-    services: Services,
+    services: Runtime,
     caller: Caller,
     request: CreateResponseRequest,
     *,
@@ -185,7 +185,7 @@ class _Continued:
 
 
 async def _continued(
-    services: Services,
+    services: Runtime,
     caller: Caller,
     request: CreateResponseRequest,
     new_input: list[Item],

@@ -13,7 +13,7 @@ keeps up, the turn's own task writes each batch of events and the reader is not 
 all. A batch is what one upstream chunk brought (the round calls ``flush`` at each
 chunk's end, inside ``batched``), else what one step of the loop published. That wake —
 a task step through the reader's frames and the ASGI ``send`` chain — was the largest
-single piece of the relay's work per event (docs/benchmarks/streaming/README.md).
+single piece of the relay's work per event (docs/benchmarks/streaming/README.md at commit 6a12cfe).
 Whenever the client cannot take a write at once, the batch goes to the reader as before,
 which waits for the client; the turn never does. Order is kept: a batch is written
 directly only while the reader holds nothing, and anything else published meanwhile (a

@@ -18,7 +18,7 @@ from agentic_api import tracing
 from agentic_api.errors import ApiError, Conflict, NotFound
 from agentic_api.log import get_logger
 from agentic_api.metrics import COMMIT_DURATION
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.conversations import NewConversationItem
 from agentic_api.storage.database import Database
 from agentic_api.storage.errors import nothing_written
@@ -156,7 +156,7 @@ async def complete_turn(
 
 
 async def _commit_retrying_once(
-    services: Services,
+    services: Runtime,
     run: TurnInProgress,
     final: dict[str, Any],
     model_output: Sequence[Item],

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from agentic_api.metrics import TurnMeter
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.data.token_plan import TokenPlan
@@ -37,7 +37,7 @@ Emit = Callable[[dict[str, Any]], None]
 class TurnInProgress:
     def __init__(
         self,
-        services: Services,
+        services: Runtime,
         turn: PreparedTurn,
         channel: TurnChannel | None,
         *,

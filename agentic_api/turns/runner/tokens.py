@@ -34,7 +34,7 @@ from agentic_api.cache.recent import TokenArtifact
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
 from agentic_api.metrics import record_token_account
-from agentic_api.runtime import Services
+from agentic_api.runtime import Runtime
 from agentic_api.storage.fault_log import log_step_failure
 from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.responses import ResponseRepository
@@ -53,7 +53,7 @@ log = get_logger("agentic_api.turns.tokens")
 DECODE_SECONDS = 5.0
 
 
-def attach_tokens(services: Services, turn: PreparedTurn) -> tuple[PreparedTurn, TokenPlan | None]:
+def attach_tokens(services: Runtime, turn: PreparedTurn) -> tuple[PreparedTurn, TokenPlan | None]:
     """Before the turn is sent: the turn with its fingerprint bound to the upstream's
     tokenizer and, for a stored turn on an upstream that reports ids, its body asking for
     them; and then the plan, whose read of the parent's ids has started."""
@@ -92,9 +92,7 @@ def _bind_tokenizer(turn: PreparedTurn, tokenizer: str) -> PreparedTurn:
     return bound
 
 
-async def stored_tokens(
-    services: Services, tenant_id: str, parent: Response
-) -> TokenArtifact | str:
+async def stored_tokens(services: Runtime, tenant_id: str, parent: Response) -> TokenArtifact | str:
     """A stored response's exact tokens (its prompt and output ids), or why there are none."""
     kept = services.artifacts.get(tenant_id, parent.id)
     if kept is not None:
@@ -128,7 +126,7 @@ async def stored_tokens(
 
 
 async def settle_tokens(
-    services: Services,
+    services: Runtime,
     turn: PreparedTurn,
     plan: TokenPlan | None,
     relay: StreamRelay,
@@ -148,7 +146,7 @@ async def settle_tokens(
 
 
 async def _settle(
-    services: Services,
+    services: Runtime,
     turn: PreparedTurn,
     plan: TokenPlan,
     rounds: Sequence[ReportedTokens | MissingTokens],
@@ -255,7 +253,7 @@ def _parent_id(turn: PreparedTurn) -> str | None:
 
 
 def after_commit(
-    services: Services, turn: PreparedTurn, plan: TokenPlan | None, record: TokenRecord | None
+    services: Runtime, turn: PreparedTurn, plan: TokenPlan | None, record: TokenRecord | None
 ) -> None:
     """Once the turn is stored: keep its ids for its continuations, count its account,
     and decode a divergence for people to read (in the background)."""
@@ -286,7 +284,7 @@ def after_commit(
         services.spawn(_decode_divergence(services, turn, record.account))
 
 
-async def _decode_divergence(services: Services, turn: PreparedTurn, made: TokenAccount) -> None:
+async def _decode_divergence(services: Runtime, turn: PreparedTurn, made: TokenAccount) -> None:
     divergence = made.divergence
     assert divergence is not None
     model = turn.request.model
@@ -337,7 +335,7 @@ __all__ = [
 # account is made from that response's stored ids (one row read after the model ran).
 
 
-def comparison_id(services: Services, turn: PreparedTurn) -> str | None:
+def comparison_id(services: Runtime, turn: PreparedTurn) -> str | None:
     """The response this turn's prompt is compared with, or None when none was asked for."""
     options = turn.request.prompt_cache_options
     if options is not None and options.comparison_response_id is not None:
@@ -348,7 +346,7 @@ def comparison_id(services: Services, turn: PreparedTurn) -> str | None:
 
 
 async def cache_diagnostics(
-    services: Services,
+    services: Runtime,
     turn: PreparedTurn,
     plan: TokenPlan | None,
     record: TokenRecord | None,
@@ -366,7 +364,7 @@ async def cache_diagnostics(
 
 
 async def _against(
-    services: Services,
+    services: Runtime,
     turn: PreparedTurn,
     compared: str,
     plan: TokenPlan | None,

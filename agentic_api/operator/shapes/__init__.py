@@ -1,0 +1,1 @@
+"""The admin API's response shapes (pydantic): views, residency, token accounts, re-warms."""
