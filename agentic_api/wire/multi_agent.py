@@ -7,7 +7,8 @@ betas=["responses_multi_agent=v1"])`` sends both); its one request field is
 
 - ``multi_agent`` anywhere else (the plain path, the beta path without the header) is a
   400 naming it, never a field passed on and ignored;
-- a beta header naming a beta this server does not serve is a 400;
+- other betas named in the header (Codex sends its own) change nothing and are not
+  refused;
 - what the beta itself refuses with multi-agent on (``max_tool_calls``,
   ``reasoning.summary``) is a 400 before anything runs;
 - ``max_concurrent_subagents`` is bounded by the server (``AGENTIC_MULTI_AGENT_MAX_CONCURRENT``).
@@ -31,7 +32,6 @@ from lineage import IdKind, mint_id
 
 # The one beta this server serves, as the SDK names it in ``OpenAI-Beta``.
 MULTI_AGENT_BETA = "responses_multi_agent=v1"
-SERVED_BETAS = frozenset({MULTI_AGENT_BETA})
 
 # OpenAI's default (``response_create_params.MultiAgent``).
 DEFAULT_MAX_CONCURRENT_SUBAGENTS = 3
@@ -116,25 +116,15 @@ def inject_failed(
     }
 
 
-def check_betas(beta: BetaContext) -> None:
-    """Refuses a beta header naming a beta this server does not serve."""
-    unknown = sorted(beta.betas - SERVED_BETAS)
-    if unknown:
-        raise InvalidRequest(
-            f"Unsupported beta: '{unknown[0]}' is not served by this server (it serves "
-            f"'{MULTI_AGENT_BETA}' only).",
-            param="OpenAI-Beta",
-            code="unsupported_beta",
-        )
-
-
 def check_multi_agent(
     config: MultiAgentConfig | None,
     data: Mapping[str, Any],
     beta: BetaContext,
 ) -> None:
-    """Everything about ``multi_agent`` that could refuse the request, before it runs."""
-    check_betas(beta)
+    """Everything about ``multi_agent`` that could refuse the request, before it runs.
+    Other betas a client names in ``OpenAI-Beta`` (Codex sends its own, such as
+    ``responses_websockets=…``) opt into features of other servers: they change nothing
+    here, so they are not refused."""
     if config is None:
         return
     if not beta.path:
@@ -186,7 +176,6 @@ def check_concurrency(config: MultiAgentConfig | None, max_concurrent: int) -> N
 def refuse_compaction_beta(beta: BetaContext) -> None:
     """``/responses/compact`` with the multi-agent beta: the beta compacts automatically
     (``context_management``), never on request."""
-    check_betas(beta)
     if MULTI_AGENT_BETA in beta.betas:
         raise InvalidRequest(
             "Explicit compaction is not supported for multi-agent responses; use "

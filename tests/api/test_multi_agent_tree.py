@@ -23,6 +23,7 @@ import pytest
 from openai import OpenAI
 
 from tests.conftest import RunningServer, app_server
+from tests.support.admin_api import AdminApi
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.upstream_sim import Call, Hang, Reply, SimServer, ToolCalls
 from tests.upstream_sim.state import RecordedRequest, agent_of
@@ -151,7 +152,9 @@ def check_tree(output: list[dict[str, Any]], sim: SimServer) -> None:
         assert "Find" in child.json["input"][-1]["content"][0]["text"]
 
 
-def test_a_tree_answers_as_json(tree_client: OpenAI, sim: SimServer) -> None:
+def test_a_tree_answers_as_json(
+    tree_client: OpenAI, tree_server: RunningServer, sim: SimServer
+) -> None:
     script_two_helpers(sim)
     response = create_tree(tree_client)
     assert response.status == "completed"
@@ -163,6 +166,34 @@ def test_a_tree_answers_as_json(tree_client: OpenAI, sim: SimServer) -> None:
     assert response.usage.input_tokens == sum(rec.prompt_tokens or 0 for rec in recs)
     stored = tree_client.beta.responses.retrieve(response.id, betas=BETAS)
     assert [i.model_dump() for i in stored.output] == [i.model_dump() for i in response.output]
+    check_agent_accounts(tree_server, response.id, sim)
+
+
+def check_agent_accounts(server: RunningServer, response_id: str, sim: SimServer) -> None:
+    """Each agent's token account, stored with the response, as the admin API shows it:
+    its rounds as the simulator answered them, and each subagent's first request's reuse
+    against its parent's prefix (the first child to arrive: every full block)."""
+    admin = AdminApi(server.url, server.db_url)
+    try:
+        accounts = admin.get(f"/responses/{response_id}/agents")
+    finally:
+        admin.close()
+    agents = {agent["agent_name"]: agent for agent in accounts["agents"]}
+    requests = by_agent(sim)
+    assert set(agents) == set(requests) == {ROOT, ALPHA, BETA}
+    for name, recs in requests.items():
+        rounds = agents[name]["rounds"]
+        assert sorted((r["input_tokens"], r["cached_tokens"]) for r in rounds) == sorted(
+            (rec.prompt_tokens, rec.cached_tokens) for rec in recs
+        )
+    assert agents[ROOT]["first_request"] is None
+    assert agents[ALPHA]["parent_agent"] == agents[BETA]["parent_agent"] == ROOT
+    first = min((requests[name][0] for name in (ALPHA, BETA)), key=lambda rec: rec.index)
+    reuse = agents[agent_of(first.json) or ""]["first_request"]
+    block = sim.config.block_size
+    assert reuse["expected_cached"] == reuse["shared_prefix_tokens"] // block * block > 0
+    assert reuse["measured_cached"] == first.cached_tokens == reuse["expected_cached"]
+    assert reuse["hit"] is True
 
 
 def test_a_tree_streams(tree_client: OpenAI, sim: SimServer) -> None:

@@ -18,7 +18,7 @@ waiting on its children can never starve them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -26,6 +26,7 @@ from typing import Any, Literal
 import orjson
 
 from agentic_api.settings import Settings
+from agentic_api.storage.agent_rounds import AgentRound
 from agentic_api.turns.kinds.multi_agent.actions import (
     ActionRefused,
     ListAgents,
@@ -37,6 +38,7 @@ from agentic_api.turns.kinds.multi_agent.actions import (
     resolve,
 )
 from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.upstream.token_fields import ReportedTokens
 from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.multi_agent import ROOT_AGENT, agent_message_item
 from agentic_api.wire.response_object import add_usage, empty_usage
@@ -63,6 +65,10 @@ class Agent:
     inbox: list[str] = field(default_factory=list)
     usage: dict[str, Any] = field(default_factory=empty_usage)
     rounds: int = 0
+    # The prompt's token ids of its latest round, and (a subagent) of its parent's round
+    # that spawned it, when the upstream reports them: its first request's expected reuse.
+    last_prompt: Sequence[int] | None = None
+    parent_prompt: Sequence[int] | None = None
     task: asyncio.Task[None] | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -109,8 +115,13 @@ class Tree:
         settings: Settings,
         max_concurrent: int,
         publish: Callable[[dict[str, Any]], None],
+        block_size: int | None = None,
     ) -> None:
         self.settings = settings
+        # The KV block size reuse is counted in (None: no token accounting).
+        self.block_size = block_size
+        # Every agent's rounds, in the order they were answered (stored with the response).
+        self.rounds: list[AgentRound] = []
         self.publish = publish
         self.slots = asyncio.Semaphore(max_concurrent)
         self.agents: dict[str, Agent] = {}
@@ -133,6 +144,32 @@ class Tree:
     def count_usage(self, agent: Agent, usage: dict[str, Any]) -> None:
         agent.usage = add_usage(agent.usage, usage)
         self.usage = add_usage(self.usage, usage)
+        relay = agent.relay
+        reported = relay.token_rounds[-1] if relay is not None and relay.token_rounds else None
+        prompt = reported.prompt if isinstance(reported, ReportedTokens) else None
+        shared = expected = None
+        if (
+            agent.rounds == 1
+            and agent.parent_prompt is not None
+            and prompt is not None
+            and self.block_size
+        ):
+            shared = _common_prefix(agent.parent_prompt, prompt)
+            expected = shared // self.block_size * self.block_size
+        agent.last_prompt = prompt
+        details = usage.get("input_tokens_details") or {}
+        self.rounds.append(
+            AgentRound(
+                agent_name=agent.name,
+                parent_agent=agent.parent.name if agent.parent else None,
+                round=agent.rounds,
+                input_tokens=int(usage.get("input_tokens") or 0),
+                cached_tokens=int(details.get("cached_tokens") or 0),
+                output_tokens=int(usage.get("output_tokens") or 0),
+                shared_prefix_tokens=shared,
+                expected_cached=expected,
+            )
+        )
 
     def subagents(self) -> Iterator[Agent]:
         return (agent for agent in self.agents.values() if agent.parent is not None)
@@ -173,6 +210,7 @@ class Tree:
                 "most this server allows (AGENTIC_MULTI_AGENT_MAX_AGENTS)."
             )
         child = Agent(name=name, parent=parent, depth=depth, items=[], last_task=spawn.message)
+        child.parent_prompt = parent.last_prompt
         # The parent's prompt as its last round sent it, then the task.
         child.items = [*parent.sent, user_message(task_message(child, spawn.message))]
         self.spawned += 1
@@ -273,6 +311,15 @@ class Tree:
     async def stop_all(self) -> None:
         for agent in list(self.subagents()):
             await self._cancel(agent)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    shared = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        shared += 1
+    return shared
 
 
 def _json(value: Any) -> str:

@@ -21,8 +21,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.mcp.specs import is_mcp
+from agentic_api.storage.agent_rounds import AgentRound, AgentRoundRepository
+from agentic_api.storage.models import Response
+from agentic_api.turns.data.commit_steps import CommitHooks
 from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD
 from agentic_api.turns.kinds.multi_agent.actions import TOOLS
 from agentic_api.turns.kinds.multi_agent.loop import AgentLoop
@@ -79,7 +84,7 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
         run.emit(run.relay.stamp(item_added(index, item)))
         run.emit(run.relay.stamp(item_done(index, item)))
 
-    tree = Tree(settings, max_concurrent, publish)
+    tree = Tree(settings, max_concurrent, publish, run.tokens.block_size if run.tokens else None)
     injections = run.injections
     if injections is not None:
 
@@ -141,6 +146,7 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
         await tree.stop_all()
     if isinstance(outcome, ApiError):
         return outcome
+    _store_rounds_with_the_response(run, tree.rounds)
     return Completion(
         status="incomplete" if outcome == "incomplete" else "completed",
         output=output,
@@ -170,3 +176,13 @@ def _shared_fields(run: TurnInProgress) -> dict[str, Any]:
     if tokens is not None and tokens.asked:
         fields.update(TOKEN_IDS_FIELD)
     return fields
+
+
+def _store_rounds_with_the_response(run: TurnInProgress, rounds: list[AgentRound]) -> None:
+    """Every agent's rounds (its token account) are written in the response's commit."""
+
+    async def store(session: AsyncSession, row: Response) -> None:
+        await AgentRoundRepository(session).insert(row.tenant_id, row.id, rounds)
+
+    hooks = run.hooks
+    run.hooks = CommitHooks(steps=(*hooks.steps, store), event_log=hooks.event_log)
