@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,6 +25,7 @@ from starlette.routing import Route
 
 from tests.conftest import RunningServer, app_server
 from tests.real_vllm.conftest import RealVllm
+from tests.support.admin_api import AdminApi
 from tests.support.servers import ThreadedServer
 from tests.support.tenants import create_tenant
 
@@ -63,7 +63,14 @@ class Recorder:
                     content=body,
                     headers=headers,
                 )
-            if request.url.path == "/v1/responses" and request.method == "POST":
+            media = answer.headers.get("content-type", "")
+            if (
+                request.url.path == "/v1/responses"
+                and request.method == "POST"
+                and media.startswith("application/json")
+                and answer.status_code == 200
+            ):
+                # The tree's requests (JSON); the server's own probes stream and pass by.
                 self.exchanges.append((json.loads(body), answer.json()))
             return Response(
                 answer.content,
@@ -96,6 +103,7 @@ def tree_server(
         recorder.url,
         tmp_path_factory.mktemp("smol-tree"),
         router_agentic_context=True,
+        token_artifacts="required",
         multi_agent_max_depth=1,
         multi_agent_max_rounds=3,
     ) as running:
@@ -131,8 +139,8 @@ def test_a_tree_runs_on_smollm2(
     recorder: Recorder,
     tree_server: RunningServer,
     report: list[dict[str, Any]],
-    tmp_path: Path,
 ) -> None:
+    recorder.exchanges.clear()  # the proxy outlives one backend's run
     client: OpenAI = tree_server.client(create_tenant(tree_server.db_url), timeout=600)
     response = client.beta.responses.create(
         model=smollm2.model,
@@ -168,6 +176,13 @@ def test_a_tree_runs_on_smollm2(
                     "output_tokens": usage["output_tokens"],
                 }
             )
+    admin = AdminApi(tree_server.url, tree_server.db_url)
+    try:
+        listed = admin.get(f"/responses/{response.id}/agents")["agents"]
+    finally:
+        admin.close()
+    accounts = {agent["agent_name"]: agent for agent in listed}
+    assert set(accounts) == set(by_agent)
     root_exchanges = by_agent[ROOT]
     block = smollm2.block_size
     for name in subagents:
@@ -205,3 +220,8 @@ def test_a_tree_runs_on_smollm2(
         assert expected <= measured <= best
         if best == expected:
             assert measured == expected
+        # The server's own account of it (from the ids vLLM reported) says the same.
+        own = accounts[name]["first_request"]
+        assert own is not None, accounts[name]
+        assert (own["shared_prefix_tokens"], own["expected_cached"]) == (shared, expected)
+        assert own["measured_cached"] == measured and own["hit"] is True

@@ -79,10 +79,11 @@ class AgentLoop:
                 return failure
             final = relay.upstream_final or {}
             self.tree.count_usage(agent, normalize_usage(final.get("usage")))
-            outcome = await self._take(agent, relay.final_output())
+            cut = final.get("status") == "incomplete"
+            outcome = await self._take(agent, relay.final_output(), cut=cut)
             if outcome is not None:
                 return outcome
-            if final.get("status") == "incomplete":
+            if cut:
                 return "incomplete"
 
     async def _call(self, agent: Agent, relay: StreamRelay, body: bytes) -> ApiError | None:
@@ -101,8 +102,13 @@ class AgentLoop:
             self.run.worked = True
         return upstream_outcome_error(relay)
 
-    async def _take(self, agent: Agent, items: list[dict[str, Any]]) -> Outcome | None:
-        """Takes a round's items; returns how the task ended, or None to go on."""
+    async def _take(
+        self, agent: Agent, items: list[dict[str, Any]], *, cut: bool = False
+    ) -> Outcome | None:
+        """Takes a round's items; returns how the task ended, or None to go on. ``cut``:
+        the model was cut off (its output limit): its actions are not done (as the tool
+        loop does not run a cut-off round's calls); each is answered "not run", so its
+        history stays a well-formed call/output sequence."""
         actions = [i for i in items if i.get("type") == "function_call" and i.get("name") in NAMES]
         final = not actions
         client_call = False
@@ -131,7 +137,10 @@ class AgentLoop:
                 waits.append(str(item["call_id"]))
         for call in actions:
             action, call_id = str(call["name"]), str(call["call_id"])
-            result = await self.tree.act(agent, action, str(call.get("arguments") or ""))
+            if cut:
+                result = '{"error": "Not run: the model\'s output was cut off."}'
+            else:
+                result = await self.tree.act(agent, action, str(call.get("arguments") or ""))
             agent.items.append(
                 to_item(
                     {
@@ -143,6 +152,9 @@ class AgentLoop:
                 )
             )
             self.tree.publish(call_output_item(action, call_id, result, agent.name))
+        if cut:
+            agent.final_text = _text_of(items)
+            return "incomplete"
         if client_call and injections is not None and waits:
             # The client answers over the WebSocket (response.inject): this agent waits,
             # the rest of the tree goes on.
