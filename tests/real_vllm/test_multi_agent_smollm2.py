@@ -11,6 +11,7 @@ rendered by vLLM's own ``/v1/responses/render``)."""
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentic_api.cache.accounting import common_prefix
 from tests.conftest import RunningServer, app_server
 from tests.real_vllm.conftest import RealVllm
 from tests.support.admin_api import AdminApi
@@ -126,12 +128,7 @@ def rendered(smollm2: RealVllm, body: dict[str, Any]) -> list[int]:
 
 
 def common(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+    return common_prefix(array("q", a), array("q", b))
 
 
 def test_a_tree_runs_on_smollm2(

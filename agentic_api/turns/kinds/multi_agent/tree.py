@@ -18,13 +18,15 @@ waiting on its children can never starve them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from array import array
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
 
+from agentic_api.cache.accounting import common_prefix
 from agentic_api.settings import Settings
 from agentic_api.storage.agent_rounds import AgentRound
 from agentic_api.turns.kinds.multi_agent.actions import (
@@ -67,8 +69,8 @@ class Agent:
     rounds: int = 0
     # The prompt's token ids of its latest round, and (a subagent) of its parent's round
     # that spawned it, when the upstream reports them: its first request's expected reuse.
-    last_prompt: Sequence[int] | None = None
-    parent_prompt: Sequence[int] | None = None
+    last_prompt: array[int] | None = None
+    parent_prompt: array[int] | None = None
     task: asyncio.Task[None] | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -154,7 +156,7 @@ class Tree:
             and prompt is not None
             and self.block_size
         ):
-            shared = _common_prefix(agent.parent_prompt, prompt)
+            shared = common_prefix(agent.parent_prompt, prompt)
             expected = shared // self.block_size * self.block_size
         agent.last_prompt = prompt
         details = usage.get("input_tokens_details") or {}
@@ -311,15 +313,6 @@ class Tree:
     async def stop_all(self) -> None:
         for agent in list(self.subagents()):
             await self._cancel(agent)
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    shared = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        shared += 1
-    return shared
 
 
 def _json(value: Any) -> str:
