@@ -4,14 +4,14 @@
 #
 #   scripts/bench/multi_agent.sh [OUT]        (default docs/benchmarks/multi_agent)
 #
-# Environment: LEADS (2), TURNS (3), TOOL_SECONDS (1), SYSTEM_WORDS (300), MAX_OUTPUT (300),
+# Environment: LEADS (2), TURNS (3), TOOL_SECONDS (1), SYSTEM_WORDS (200), MAX_OUTPUT (200),
 # PORT_BASE (18900).
 # Needs scripts/real_vllm/setup.sh and setup_smollm2.sh (cached after the first time).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT=${1:-docs/benchmarks/multi_agent}
 LEADS=${LEADS:-2} TURNS=${TURNS:-3} TOOL_SECONDS=${TOOL_SECONDS:-1}
-SYSTEM_WORDS=${SYSTEM_WORDS:-300} PORT_BASE=${PORT_BASE:-18900} MAX_OUTPUT=${MAX_OUTPUT:-300}
+SYSTEM_WORDS=${SYSTEM_WORDS:-200} PORT_BASE=${PORT_BASE:-18900} MAX_OUTPUT=${MAX_OUTPUT:-200}
 VLLM_PORT=$PORT_BASE OURS_PORT=$((PORT_BASE + 1))
 WORK=$(mktemp -d /tmp/bench-multi-agent.XXXXXX)
 OURS_PID=""
