@@ -23,6 +23,7 @@ from agentic_api.cache.residency.endpoints import Endpoint, EndpointError, parse
 from agentic_api.cache.residency.subscriber import KvEventSubscriber
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.cache.residency.tracker import ResidencyTracker
+from agentic_api.http.credential_conflict import CredentialConflictMiddleware
 from agentic_api.http.errors import install_error_handlers
 from agentic_api.http.hot_route import HotRouteMiddleware, find_route
 from agentic_api.http.middleware import (
@@ -44,8 +45,9 @@ from agentic_api.http.routes import (
     websocket,
 )
 from agentic_api.log import configure_logging, get_logger
-from agentic_api.metrics import mark_this_process_dead
+from agentic_api.metrics import label_tenants, mark_this_process_dead
 from agentic_api.operator.http import admin, console, residency
+from agentic_api.operator.http.console.login_limit import LoginLimiter
 from agentic_api.runtime import Runtime
 from agentic_api.serving.keep_warm import KeepWarmLoop
 from agentic_api.serving.tenants import LOCAL_TENANT_NAME, KeyMemo
@@ -65,7 +67,7 @@ async def build_services(settings: Settings) -> Runtime:
     endpoints = _kv_event_endpoints(settings)
     secret = settings.load_server_secret()
     if settings.is_sqlite:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.prepare_data_dir()
     if settings.should_auto_migrate:
         await upgrade_async(settings.resolved_database_url)
     db = Database.from_url(settings.resolved_database_url, pool_size=settings.database_pool_size)
@@ -293,10 +295,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ]
     if settings.metrics_enabled:
         routers.append(metrics.router)
+    label_tenants(settings.metrics_tenant_labels)
     for router in routers:
         app.include_router(router)
     if settings.console_enabled:
         app.include_router(console.router)
+        app.state.login_limiter = LoginLimiter(
+            settings.console_login_max_failures, settings.console_login_window_seconds
+        )
     # What a 405 names as allowed (http/errors.py): every method declared on the path.
     app.state.api_routes = [
         route for router in routers for route in router.routes if isinstance(route, APIRoute)
@@ -307,6 +313,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(HotRouteMiddleware, route=find_route(responses.router.routes))
     app.add_middleware(BodyMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(UrlMiddleware)
+    app.add_middleware(CredentialConflictMiddleware)
     # Inside the request id (the 500 carries it and is logged as one), outside the rest.
     app.add_middleware(UnhandledErrorMiddleware)
     app.add_middleware(RequestContextMiddleware)

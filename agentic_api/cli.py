@@ -21,6 +21,8 @@ from agentic_api.serve_workers import WORKER_HEALTHCHECK_SECONDS, available_cpus
 from agentic_api.settings import ConfigError, Settings
 
 if TYPE_CHECKING:
+    import uvicorn
+
     from agentic_api.storage.tenants import TenantRepository
 
 # What touches the database (SQLAlchemy, the models, alembic) is imported by the commands
@@ -74,7 +76,7 @@ def _require_schema(settings: Settings, *, wait_seconds: float = 0.0) -> None:
 
     url = settings.resolved_database_url
     if settings.is_sqlite:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.prepare_data_dir()
     problem = schema_problem(_revisions_waiting(url, wait_seconds))
     if problem is not None and settings.should_auto_migrate and not problem.newer:
         _reached_sync(lambda: upgrade(url))
@@ -217,6 +219,9 @@ def serve(
         # has started and imported this module (spawn), seconds on a loaded machine:
         # uvicorn's 5 s default killed replacements while they booted.
         "timeout_worker_healthcheck": WORKER_HEALTHCHECK_SECONDS,
+        # The proxies whose X-Forwarded-Proto / -For are believed (AGENTIC_FORWARDED_ALLOW_IPS).
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.forwarded_allow_ips,
     }
     if plan.count == 1:
         # Imported here only: a supervisor of several workers never builds an app.
@@ -239,7 +244,23 @@ def serve(
         )
     os.environ["AGENTIC_AUTO_MIGRATE"] = "false"
     with _shared_metrics_dir():
-        uvicorn.run("agentic_api.app:create_worker_app", factory=True, workers=plan.count, **common)
+        _supervise(
+            uvicorn.Config(
+                "agentic_api.app:create_worker_app", factory=True, workers=plan.count, **common
+            )
+        )
+
+
+def _supervise(config: uvicorn.Config) -> None:
+    """uvicorn.run's several-workers path, with our supervisor (worker_supervisor.py)."""
+    from agentic_api.worker_supervisor import WorkerSupervisor
+
+    socket = config.bind_socket()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            WorkerSupervisor(config, sockets=[socket]).run()
+    finally:
+        socket.close()
 
 
 @contextlib.contextmanager
@@ -288,7 +309,7 @@ def migrate() -> None:
 
     settings = _settings()
     if settings.is_sqlite:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        settings.prepare_data_dir()
     problem = schema_problem(_reached(_stored_revisions(settings.resolved_database_url)))
     if problem is not None and problem.newer:
         _fail(str(problem))

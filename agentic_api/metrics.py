@@ -8,7 +8,8 @@ worker's files, so a scrape answers for the whole server whichever worker takes 
 process and platform collectors do not exist in that mode). Counters and histograms are
 summed over workers, dead ones included; each gauge says how it combines (its
 ``multiprocess_mode``). Everything is exposed by ``GET /metrics``. Label sets stay bounded:
-routes are templates (``/v1/responses/{response_id}``), tenants are ids, models are the
+routes are templates (``/v1/responses/{response_id}``), tenants are ids (and only when
+``AGENTIC_METRICS_TENANT_LABELS`` turns them on: ``label_tenants``), models are the
 names clients send (the upstream refuses unknown ones, and a refused turn is counted
 under ``status="rejected"``), and ``api`` is the API a turn came through: ``responses``
 or ``messages`` (Anthropic's).
@@ -141,6 +142,13 @@ BACKGROUND_RECOVERED = Counter(
     "failed with worker_lost.",
     ["action"],
 )
+RETENTION_PRUNED = Counter(
+    "agentic_retention_pruned_total",
+    "Rows deleted by retention (AGENTIC_RETENTION_DAYS), by kind: responses (each with "
+    "its items, events, token ids and job), conversations (with their items and "
+    "responses), message_turns.",
+    ["kind"],
+)
 
 TOKEN_ACCOUNTS = Counter(
     "agentic_token_accounts_total",
@@ -172,6 +180,23 @@ LOST_TOKENS = Counter(
     "template, fingerprint, history_edited, context_compacted, not_resident, partial_block).",
     ["model", "tenant", "cause"],
 )
+
+
+# Whether the ``tenant`` label carries tenant ids. Off, it is empty (which Prometheus reads
+# as no label: one series for all tenants): a scrape then tells nobody which tenants exist
+# or how much each uses. Set once per process by the app (``label_tenants``).
+_tenant_labels = False
+
+
+def label_tenants(enabled: bool) -> None:
+    """Turns tenant ids on the ``tenant`` label on or off (``AGENTIC_METRICS_TENANT_LABELS``)."""
+    global _tenant_labels
+    _tenant_labels = enabled
+
+
+def tenant_label(tenant: str) -> str:
+    """The ``tenant`` label's value for a tenant: its id, or empty while tenant labels are off."""
+    return tenant if _tenant_labels else ""
 
 
 def _multiprocess_dir() -> Path | None:
@@ -339,7 +364,7 @@ class TurnMeter:
         TURNS.labels(self.api, self.model, status).inc()
         if input_tokens is None:
             return
-        labels = (self.api, self.model, self.tenant)
+        labels = (self.api, self.model, tenant_label(self.tenant))
         INPUT_TOKENS.labels(*labels).inc(input_tokens)
         CACHED_TOKENS.labels(*labels).inc(cached_tokens)
         OUTPUT_TOKENS.labels(*labels).inc(output_tokens)
@@ -397,6 +422,12 @@ KV_RESIDENCY_DROPPED = Counter(
     "stored first), blocks of a session past its cap (oldest first) or, as tree_block, "
     "blocks of the replica's block tree past AGENTIC_RESIDENCY_MAX_BLOCKS (oldest first).",
     ["replica", "what"],
+)
+KV_GRAFTED_BLOCKS = Counter(
+    "agentic_kv_grafted_blocks_total",
+    "Blocks stored before this process listened, put back in a replica's block tree because "
+    "a turn was served them and stored its own blocks under them.",
+    ["replica"],
 )
 KV_UNKNOWN_REMOVALS = Counter(
     "agentic_kv_unknown_removals_total",
@@ -458,6 +489,7 @@ def record_token_account(
     lost: Mapping[str, int],
 ) -> None:
     """Counts one stored turn's reuse account (``cache/accounting.py``)."""
+    tenant = tenant_label(tenant)
     TOKEN_ACCOUNTS.labels(model, tenant, status).inc()
     if status not in ("exact", "diverged"):
         return

@@ -33,7 +33,8 @@ AUTO_SEVERAL_FROM_CPUS = 4
 # kills it. A replacement answers only once its interpreter has started and re-imported
 # the CLI module (multiprocessing's spawn): measured at load ~6 on 2 CPUs in
 # docs/benchmarks/workers/. uvicorn's default (5 s) killed replacements while they booted;
-# a worker that hangs for real is found this much later.
+# a worker that hangs for real is found this much later. A worker that dies is replaced at
+# once, whatever this says: the supervisor sees its exit (worker_supervisor.py).
 WORKER_HEALTHCHECK_SECONDS = 30
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")

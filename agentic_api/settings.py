@@ -14,6 +14,10 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 SECRET_FILE_NAME = "server_secret"
+# The data directory and the embedded database hold every tenant's conversations: this
+# user's only.
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
 
 # Settings renamed so that "cache" means only the model server's KV cache (an in-process
 # reuse of what this server read is a memo). An old name set is a start-up error naming the
@@ -106,6 +110,31 @@ class Settings(BaseSettings):
         description="How long a turn's token ids are kept (its reuse account stays); a "
         "continuation of an older turn gets an account that says the ids expired.",
     )
+    retention_days: float | None = Field(
+        None,
+        gt=0,
+        description="Prune stored responses (with their items, events, token ids and "
+        "background job) and recorded Messages turns older than this many days, in "
+        "bounded batches by the background sweep; a response something stored still "
+        "continues from is kept (docs/retention.md). Unset: kept forever.",
+    )
+    retention_conversations: bool = Field(
+        False,
+        description="With retention_days: also prune conversations unchanged for that "
+        "long, with their items and responses (off: a conversation keeps its turns).",
+    )
+    retention_batch_rows: int = Field(
+        500,
+        ge=1,
+        le=10_000,
+        description="Rows of each kind one retention transaction deletes at most (each "
+        "sweep runs batches until none is full, at most 20).",
+    )
+    retention_interval_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="How often each process's sweep looks for rows past retention.",
+    )
     token_artifact_memo_mb: float = Field(
         32.0,
         ge=0,
@@ -172,6 +201,16 @@ class Settings(BaseSettings):
         gt=0,
         description="How long an Idempotency-Key and its stored outcome are kept; after "
         "that the key is ignored (a retry runs again) and pruned.",
+    )
+    forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["127.0.0.1"],
+        description="Proxies trusted for X-Forwarded-Proto and X-Forwarded-For (uvicorn's "
+        "proxy headers), comma-separated or a JSON list: IP addresses, networks "
+        "(10.0.0.0/8), or `*` for any peer (only when nothing else can reach the port). A "
+        "TLS-terminating proxy must be listed: otherwise requests through it look like "
+        "plain HTTP (the console refuses its login form as cross-origin, cookies lose "
+        "Secure) and come from the proxy's address (console login limits). Default: "
+        "127.0.0.1.",
     )
     mcp_allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -385,13 +424,42 @@ class Settings(BaseSettings):
     )
     metrics_enabled: bool = Field(
         True,
-        description="Serve Prometheus metrics at GET /metrics (unauthenticated: keep the port "
-        "internal, or turn this off).",
+        description="Serve Prometheus metrics at GET /metrics (open to anyone who reaches the "
+        "port unless metrics_token is set: keep the port internal, set a token, or turn this "
+        "off).",
+    )
+    metrics_token: SecretStr | None = Field(
+        None,
+        description="When set, GET /metrics answers only requests with 'Authorization: Bearer "
+        "<this token>' (a 401 otherwise); Prometheus sends it with its scrape config's "
+        "authorization.credentials. Unset: /metrics is open.",
+    )
+    metrics_tenant_labels: bool = Field(
+        False,
+        description="Label the per-tenant series (tokens, cache hit ratio, token accounts) with "
+        "tenant ids. Off (the default), their tenant label is empty: one series for all "
+        "tenants, so a scrape does not list the tenants or what each uses.",
     )
     console_enabled: bool = Field(
         True,
         description="Serve the operator console at /console (it opens only while an admin key "
         "exists, and only to admin keys). Off: /console is a 404.",
+    )
+    console_login_max_failures: int = Field(
+        10,
+        ge=1,
+        le=10_000,
+        description="Failed console logins allowed per client address, and per admin-key "
+        "prefix (the characters key lists show), within console_login_window_seconds; "
+        "past that, logins from that address or for keys with that prefix are answered 429 "
+        "with Retry-After until the oldest failure leaves the window. Counted per HTTP "
+        "worker process.",
+    )
+    console_login_window_seconds: int = Field(
+        300,
+        ge=1,
+        le=24 * 3600,
+        description="The sliding window console_login_max_failures counts failed logins in.",
     )
     console_session_seconds: int = Field(
         8 * 3600,
@@ -426,7 +494,7 @@ class Settings(BaseSettings):
             raise ValueError(f"expected auto or a positive integer, got {value!r}")
         return count
 
-    @field_validator("mcp_allowed_hosts", mode="before")
+    @field_validator("mcp_allowed_hosts", "forwarded_allow_ips", mode="before")
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         # One env var holds the list: a JSON array or plain comma-separated names.
@@ -454,6 +522,18 @@ class Settings(BaseSettings):
             return pairs
         return value
 
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _proxy_addresses(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if entry == "*":
+                continue
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address, a network or '*'") from None
+        return value
+
     @field_validator("mcp_allowed_hosts")
     @classmethod
     def _lower_hosts(cls, value: list[str]) -> list[str]:
@@ -474,6 +554,34 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.resolved_database_url.startswith("sqlite")
+
+    def prepare_data_dir(self) -> None:
+        """Creates data_dir readable by this user only (0700), and, for the embedded SQLite
+        database, its file too (0600) before SQLite does: SQLite creates a database with
+        the umask's mode (0644: every local user could read every conversation) and gives
+        its -wal and -shm files the database file's mode. Existing files keep theirs."""
+        self.data_dir.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        path = self.sqlite_path
+        if path is None:
+            return
+        path.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        try:
+            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, PRIVATE_FILE_MODE)
+        except FileExistsError:
+            return
+        os.close(handle)
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database's file (None: PostgreSQL, or an in-memory database)."""
+        url = self.resolved_database_url
+        prefix = "sqlite+aiosqlite:///"
+        if not url.startswith(prefix):
+            return None
+        name = url.removeprefix(prefix).partition("?")[0]
+        if not name or name == ":memory:":
+            return None
+        return Path(name)
 
     @property
     def should_auto_migrate(self) -> bool:
@@ -501,6 +609,8 @@ class Settings(BaseSettings):
             )
         if self.production and self.server_secret is None:
             raise ConfigError("AGENTIC_SERVER_SECRET is required in production mode")
+        if self.metrics_token is not None and len(self.metrics_token.get_secret_value()) < 16:
+            raise ConfigError("AGENTIC_METRICS_TOKEN must be at least 16 characters")
         if self.keep_warm_enabled and not self.kv_events_endpoints:
             # Without the replicas' KV events nothing says a paused prefix was evicted.
             raise ConfigError(
@@ -519,7 +629,7 @@ class Settings(BaseSettings):
             raise ConfigError("AGENTIC_SERVER_SECRET is required in production mode")
         path = self.data_dir / SECRET_FILE_NAME
         if not path.exists():
-            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.data_dir.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
             # Exclusive create so two processes starting together agree on one secret.
             try:
                 with path.open("x", encoding="ascii") as handle:

@@ -14,7 +14,9 @@
 # database, the server secret and, for the local model and the simulator, quickstart.env:
 # the server's URL, the model's name and a tenant key and an admin key made on first start
 # (`source` it in another terminal). Other arguments go to `agentic-api serve` (--port N,
-# --host H, --workers N). Ctrl-C stops the server and whatever this script started for it.
+# --host H, --workers N). Ctrl-C stops the server and whatever this script started for it
+# (never a local vLLM another serve.sh started, even one still loading: this one waits for
+# it and uses it). The data directory is created 0700, the database 0600. --help: this text.
 #
 # Environment: AGENTIC_LOCAL_MODEL_PORT (the local vLLM's port, default 8001),
 # AGENTIC_LOCAL_MODEL_MIN_MEMORY_MB (default 5000), AGENTIC_VLLM_START_TIMEOUT (default
@@ -50,8 +52,13 @@ host="${AGENTIC_HOST:-127.0.0.1}"
 port="${AGENTIC_PORT:-8080}"
 pass=()
 workers_given="${AGENTIC_HTTP_WORKERS:+1}"
+usage() {
+  # This file's opening comment, without its "# " marks.
+  sed -n '2,/^set -euo pipefail$/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+}
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    -h | --help) usage; exit 0 ;;
     --simulated) mode=simulated ;;
     --upstream) mode=upstream; upstream="${2:?--upstream needs a URL}"; shift ;;
     --upstream=*) mode=upstream; upstream="${1#*=}" ;;
@@ -119,9 +126,16 @@ cleanup() {
     kill -TERM "$sim_pid" 2>/dev/null || true
     wait "$sim_pid" 2>/dev/null || true
   fi
-  if [[ -n "$vllm_port" ]]; then
-    say "stopping the local vLLM"
-    scripts/real_vllm/stop.sh "$vllm_port" || true
+  # Only the vLLM this script's start.sh launched (its pid, in RUN_TMP): never one that
+  # another serve.sh started on the same port.
+  if [[ -n "$vllm_port" && -s "$RUN_TMP/vllm.pid" ]]; then
+    local mine registered
+    mine="$(cat "$RUN_TMP/vllm.pid")"
+    registered="$(cat "${AGENTIC_VLLM_RUN_DIR:-$HOME/.cache/agentic-api/run}/vllm-$vllm_port.pid" 2>/dev/null || true)"
+    if [[ "$mine" == "$registered" ]]; then
+      say "stopping the local vLLM"
+      scripts/real_vllm/stop.sh "$vllm_port" || true
+    fi
   fi
   rm -rf "$RUN_TMP"
   exit "$rc"
@@ -170,10 +184,19 @@ start_local_model() {
   local run_dir="${AGENTIC_VLLM_RUN_DIR:-$HOME/.cache/agentic-api/run}"
   local vurl="http://127.0.0.1:$vport"
   local pid_file="$run_dir/vllm-$vport.pid"
-  if [[ -f "$pid_file" ]] && kill -0 "$(cat "$pid_file")" 2>/dev/null \
-    && [[ "$(http_code "$vurl/v1/models")" == 200 ]]; then
-    # Left by another serve.sh (still running): use it, and leave it to whoever started it.
-    say "using the local vLLM already running on $vurl (pid $(cat "$pid_file"))"
+  if [[ -f "$pid_file" ]] && kill -0 "$(cat "$pid_file")" 2>/dev/null; then
+    # Started by another serve.sh (running, or still loading): use it once it answers, and
+    # leave it to whoever started it.
+    local other deadline
+    other="$(cat "$pid_file")"
+    deadline=$(( $(date +%s) + ${AGENTIC_VLLM_START_TIMEOUT:-600} ))
+    while [[ "$(http_code "$vurl/v1/models")" != 200 ]]; do
+      kill -0 "$other" 2>/dev/null || { say "the local vLLM another serve.sh started (pid $other) exited while loading: see $run_dir/vllm-$vport.log"; exit 1; }
+      (( $(date +%s) < deadline )) || { say "the local vLLM another serve.sh started (pid $other) did not answer on $vurl in time"; exit 1; }
+      say "waiting for the local vLLM another serve.sh is starting on $vurl (pid $other)"
+      sleep 5
+    done
+    say "using the local vLLM already running on $vurl (pid $other)"
     upstream="$vurl"
     return
   fi
@@ -189,6 +212,7 @@ start_local_model() {
   vllm_port="$vport"
   # The tool-call flags are the SmolLM2 test tier's (hermes parser, render endpoint).
   upstream="$(AGENTIC_VLLM_MODEL_DIR="$model_dir" AGENTIC_VLLM_PROGRESS=1 \
+    AGENTIC_VLLM_STARTED_PID_FILE="$RUN_TMP/vllm.pid" \
     AGENTIC_VLLM_START_TIMEOUT="${AGENTIC_VLLM_START_TIMEOUT:-600}" \
     scripts/real_vllm/start.sh "$vport" "$MODEL_NAME" \
     --enable-auto-tool-choice --tool-call-parser hermes --enable-scale-out)"
@@ -289,7 +313,8 @@ banner() {
 EOF
 }
 
-mkdir -p "$DATA_DIR"
+# This user's only: the database in it holds every conversation.
+mkdir -p -m 700 "$DATA_DIR"
 # Before anything starts: another server on the port would answer this one's health checks.
 if [[ "$(http_code "$URL/health")" != 000 ]]; then
   say "something already answers on $URL: stop it, or choose another port (--port N)"

@@ -32,6 +32,7 @@ from agentic_api import tracing
 from agentic_api.background.job_events import JobEvents
 from agentic_api.background.look_gate import LookGate
 from agentic_api.background.queue import fail_job
+from agentic_api.background.retention import prune_expired
 from agentic_api.errors import ApiError, Conflict
 from agentic_api.log import get_logger
 from agentic_api.metrics import BACKGROUND_QUEUE_DEPTH, BACKGROUND_RECOVERED
@@ -85,8 +86,9 @@ def worker_lost(reason: str) -> ApiError:
 
 
 class BackgroundWorkers:
-    """``count`` workers and one sweeper (recovery, idempotency-key pruning) in this
-    process; ``count`` may be 0 (an API-only process still sweeps)."""
+    """``count`` workers and one sweeper (recovery, idempotency-key pruning, retention:
+    ``background/retention.py``) in this process; ``count`` may be 0 (an API-only
+    process still sweeps)."""
 
     def __init__(self, services: Runtime, count: int) -> None:
         self.services = services
@@ -182,6 +184,7 @@ class BackgroundWorkers:
         db = self.services.db
         interval = max(settings.background_poll_seconds, min(settings.lease_seconds / 2, 5.0))
         pruned = float("-inf")
+        retained = float("-inf")
         gate = LookGate()
         # When the first lease held now runs out: a job can expire with nobody committing.
         lease_end: datetime | None = None
@@ -207,6 +210,14 @@ class BackgroundWorkers:
                         await IdempotencyRepository(session).prune(utcnow())
                         await TokenArtifactRepository(session).prune(utcnow() - retention)
                     pruned = time.monotonic()
+                if (
+                    settings.retention_days is not None
+                    and time.monotonic() - retained >= settings.retention_interval_seconds
+                ):
+                    # Stamped first: a sweep that fails is retried at the next interval,
+                    # not at every look.
+                    retained = time.monotonic()
+                    await prune_expired(self.services)
             except Exception as exc:
                 gate.forget()
                 log_step_failure(log, "background sweep failed", exc)

@@ -14,10 +14,15 @@ and 0 when the cache is isolated (another salt epoch or model). Every parent tok
 that was not served from the cache is lost to one cause: tokens after the first
 divergence to re-tokenization, the template, a fingerprint change or an edited
 history; agreeing tokens in the cut block to ``partial_block``; expected tokens the
-engine did not have to ``not_resident``. The losses add up to at most the parent tokens
-not served, ``|parent| - measured``: when a sibling's blocks served more than expected,
-what was served is not counted lost (the cut block's share first), so the losses then
-come to ``|parent| - max(measured, expected)``.
+engine did not have to ``not_resident``.
+
+The losses are what *the parent* could have given this prompt and did not: they depend
+on the parent's tokens, this prompt and the parent's blocks vLLM still held, never on
+what another request happened to leave in the cache. Blocks stored by a sibling (or any
+other request) that reach past the divergence are served all the same; they are counted
+apart, as ``extra_cached`` (measured beyond expected), and take nothing off the losses.
+So the losses always add up to ``|parent| - min(measured, expected)``: two continuations
+with the same parent and the same split lose the same tokens, whatever a sibling left.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-ACCOUNT_VERSION = 1
+# 2: losses are the parent's alone (version 1 took what other requests' blocks served
+# off them).
+ACCOUNT_VERSION = 2
 # A UTF-8 character has at most 4 bytes; byte tokens of an unfinished one, at most 3.
 MAX_PARTIAL_CHARACTER_TOKENS = 3
 
@@ -229,7 +236,6 @@ def account(
             lost[Cause.PARTIAL_BLOCK] = common - expected
         if expected > measured:
             lost[Cause.NOT_RESIDENT] = expected - measured
-    lost = _capped(lost, len(parent) - measured)
     return TokenAccount(
         status=Status.EXACT if exact else Status.DIVERGED,
         parent_id=continuation.parent_id,
@@ -287,36 +293,6 @@ def _divergence_cause(continuation: Continuation, divergence: Divergence) -> Cau
         # the text sent back cannot hold (it decodes to U+FFFD or nothing).
         return Cause.RETOKENIZATION
     return Cause.TEMPLATE
-
-
-# Which losses give way first when more was served than expected: the cut block's
-# agreeing tokens (vLLM served them after all), then whatever the divergence cost.
-_GIVES_WAY = (
-    Cause.PARTIAL_BLOCK,
-    Cause.RETOKENIZATION,
-    Cause.TEMPLATE,
-    Cause.HISTORY_EDITED,
-    Cause.FINGERPRINT,
-    Cause.NOT_RESIDENT,
-)
-
-
-def _capped(lost: dict[Cause, int], most: int) -> dict[Cause, int]:
-    """The losses, shrunk so that they add up to at most ``most`` (the parent's tokens not
-    served): when measured > expected (a sibling of this prompt stored the blocks past
-    the divergence), tokens that were served are not lost."""
-    excess = sum(lost.values()) - max(0, most)
-    if excess <= 0:
-        return lost
-    kept = dict(lost)
-    for cause in _GIVES_WAY:
-        taken = min(excess, kept.get(cause, 0))
-        if taken:
-            kept[cause] -= taken
-            excess -= taken
-            if not kept[cause]:
-                del kept[cause]
-    return kept
 
 
 def _main_cause(lost: dict[Cause, int]) -> Cause | None:

@@ -48,8 +48,9 @@ NOT_FOUND: dict[str, Any] = {"type": "comparison_response_not_found"}
 
 
 def diagnostics(made: TokenAccount) -> dict[str, Any]:
-    """The diagnostics of a continuation whose account was made against the compared
-    response's prompt + output."""
+    """The diagnostics of a turn whose account was made against the compared response:
+    its prompt + output when it is the turn's parent, its prompt alone otherwise (the
+    turn does not continue it: ``turns/runner/tokens.py``)."""
     if made.status in (Status.UNKNOWN, Status.COLD_START) or made.measured_cached is None:
         return dict(UNAVAILABLE)
     measured = made.measured_cached

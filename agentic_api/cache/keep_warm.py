@@ -312,21 +312,12 @@ class KeepWarm:
         self, pause: Pause, tokens: Sequence[int] | None
     ) -> tuple[str | None, int | None, int] | None:
         if tokens:
-            views = self.residency.prefix(tokens, pause.cache_salt)
-            best = max(views, key=lambda view: view.resident_tokens, default=None)
-            if best is None:
-                return None
-            here = best.resident_tokens
-            if pause.peak_replica is not None:
-                here = next(
-                    (v.resident_tokens for v in views if v.replica == pause.peak_replica), 0
-                )
-            if here >= pause.peak:
-                if best.resident_tokens > pause.peak:
-                    pause.peak, pause.peak_replica = best.resident_tokens, best.replica
-                return None
-            # Its leading prefix fell where it was: what is missing must be prefilled.
-            return pause.peak_replica, here, max(len(tokens) - here, 0)
+            dropped = self._prefix_dropped(pause, tokens)
+            if not isinstance(dropped, str):
+                return dropped
+        # No token ids, or a replica's figure is unknown (blocks stored before this
+        # process listened, none grafted back): a drop cannot be read off the prefix, so
+        # the session's evictions since the pause say it.
         for view in self.residency.session(pause.session_id):
             since = pause.paused_at
             if pause.rewarm is not None and pause.rewarm.finished_at is not None:
@@ -334,6 +325,35 @@ class KeepWarm:
             if any(eviction.at >= since for eviction in view.evictions):
                 return view.replica, None, pause.input_tokens + pause.output_tokens
         return None
+
+    def _prefix_dropped(
+        self, pause: Pause, tokens: Sequence[int]
+    ) -> tuple[str | None, int | None, int] | Literal["unknown"] | None:
+        """Whether the paused turn's leading prefix fell on the replica that held it (the
+        re-warm's replica, what is resident there and the estimate), None when it did
+        not, or "unknown" when the replica that matters has an unknown figure."""
+        views = self.residency.prefix(tokens, pause.cache_salt)
+        known = [view for view in views if view.known]
+        if pause.peak_replica is not None:
+            where = next((v for v in views if v.replica == pause.peak_replica), None)
+            if where is not None and not where.known:
+                return "unknown"
+            here = where.resident_tokens if where is not None else 0
+        else:
+            best_known = max((view.resident_tokens for view in known), default=0)
+            if best_known == 0 and len(known) < len(views):
+                # Held nowhere that is known, and somewhere unknown: no peak to fall from.
+                return "unknown"
+            here = best_known
+        best = max(known, key=lambda view: view.resident_tokens, default=None)
+        if best is None:
+            return None
+        if here >= pause.peak:
+            if best.resident_tokens > pause.peak:
+                pause.peak, pause.peak_replica = best.resident_tokens, best.replica
+            return None
+        # Its leading prefix fell where it was: what is missing must be prefilled.
+        return pause.peak_replica, here, max(len(tokens) - here, 0)
 
     def _over_budget(self, tenant_id: str, estimate: int, now: float) -> SkipReason | None:
         tenant = self._tenants.setdefault(tenant_id, _Window())

@@ -2,12 +2,13 @@
 
 uvicorn's ``Server.main_loop`` sleeps 0.1 s between looks at whether it should exit, and
 refreshes the ``Date`` header every tenth look: about 2 ms of CPU a second in a process
-that has nothing to do (measured: docs/benchmarks/streaming/README.md at commit 6a12cfe, "Idle"); even once
-a second, each wake of an idle process cost ~0.25 ms (docs/benchmarks/overhead/README.md
-at commit 6a12cfe, stop 35). Here an exit signal wakes the loop at once, so stopping is no slower, and the
-``Date`` header is kept current by the requests themselves
-(``http/protocol.py:keep_date_current``). The loop still looks once a minute, in case
-anything sets ``should_exit`` without a signal. The request path is uvicorn's.
+that has nothing to do (measured: docs/benchmarks/streaming/README.md at commit 6a12cfe,
+"Idle"); even once a second, each wake of an idle process cost ~0.25 ms
+(docs/benchmarks/overhead/README.md at commit 6a12cfe, stop 35). Here an exit signal
+wakes the loop at once, so stopping is no slower, and the ``Date`` header is kept current
+by the requests themselves (``http/protocol.py:keep_date_current``). The loop still looks
+once a minute, in case anything sets ``should_exit`` without a signal. The request path
+is uvicorn's.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ Every query is scoped to the caller's tenant, so another tenant's conversation i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from agentic_api.errors import ApiError, InvalidRequest, NotFound
@@ -16,8 +17,8 @@ from agentic_api.storage.conversations import ConversationRepository
 from agentic_api.storage.models import Conversation
 from agentic_api.storage.types import to_unix
 from agentic_api.turns.prepare.errors import conversation_not_found
-from agentic_api.wire.conversations import conversation_object
-from agentic_api.wire.items import Item
+from agentic_api.wire.conversations import NewConversation, conversation_object
+from agentic_api.wire.reasoning_seal import wants_sealed_reasoning
 
 
 def _object(row: Conversation) -> dict[str, Any]:
@@ -28,11 +29,11 @@ def _item_not_found(item_id: str) -> ApiError:
     return NotFound(f"Item with id '{item_id}' not found in this conversation.")
 
 
-async def create(
-    services: Runtime, tenant_id: str, items: list[Item], metadata: dict[str, str]
-) -> dict[str, Any]:
+async def create(services: Runtime, tenant_id: str, new: NewConversation) -> dict[str, Any]:
     async with services.db.write() as session:
-        row = await ConversationRepository(session).create(tenant_id, metadata, new_items(items))
+        row = await ConversationRepository(session).create(
+            tenant_id, new.metadata, new_items(new.items), safety_identifier=new.safety_identifier
+        )
     return _object(row)
 
 
@@ -70,8 +71,11 @@ async def list_items(
     after: str | None,
     limit: int,
     descending: bool,
+    include: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One page of the conversation's items, as a list object."""
+    """One page of the conversation's items, as a list object (``include`` checked by
+    the route: each value is honoured by items being shown as stored, reasoning sealed
+    when asked)."""
     async with services.db.read() as session:
         repo = ConversationRepository(session)
         if not await repo.exists(tenant_id, conversation_id):
@@ -91,11 +95,15 @@ async def list_items(
             limit=limit + 1,
             descending=descending,
         )
-    return item_page(rows, limit)
+    return item_page(rows, limit, sealed=wants_sealed_reasoning(include))
 
 
 async def retrieve_item(
-    services: Runtime, tenant_id: str, conversation_id: str, item_id: str
+    services: Runtime,
+    tenant_id: str,
+    conversation_id: str,
+    item_id: str,
+    include: Sequence[str] = (),
 ) -> dict[str, Any]:
     async with services.db.read() as session:
         repo = ConversationRepository(session)
@@ -104,7 +112,7 @@ async def retrieve_item(
         row = await repo.item(tenant_id, conversation_id, item_id)
     if row is None:
         raise _item_not_found(item_id)
-    return shown_item(row)
+    return shown_item(row, sealed=wants_sealed_reasoning(include))
 
 
 async def delete_item(

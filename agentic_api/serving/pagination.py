@@ -14,6 +14,7 @@ import orjson
 
 from agentic_api.wire.conversations import item_list
 from agentic_api.wire.listing import present_item
+from agentic_api.wire.reasoning_seal import sealed_reasoning
 
 T = TypeVar("T")
 
@@ -33,11 +34,15 @@ class StoredItemRow(Protocol):
     def data(self) -> str: ...
 
 
-def shown_item(row: StoredItemRow) -> dict[str, Any]:
-    return present_item(orjson.loads(row.data))
+def shown_item(row: StoredItemRow, *, sealed: bool = False) -> dict[str, Any]:
+    """A stored item as listed; ``sealed`` (``include: reasoning.encrypted_content``):
+    reasoning items carry their content sealed (wire/reasoning_seal.py)."""
+    shown = present_item(orjson.loads(row.data))
+    return sealed_reasoning(shown) if sealed else shown
 
 
-def item_page(rows: Sequence[StoredItemRow], limit: int) -> dict[str, Any]:
+def item_page(rows: Sequence[StoredItemRow], limit: int, *, sealed: bool = False) -> dict[str, Any]:
     """The list object of the first ``limit`` of ``rows`` (read with ``limit + 1``)."""
     page, more = page_of(rows, limit)
-    return item_list([shown_item(r) for r in page], [r.item_id for r in page], has_more=more)
+    shown = [shown_item(r, sealed=sealed) for r in page]
+    return item_list(shown, [r.item_id for r in page], has_more=more)

@@ -16,6 +16,7 @@ from agentic_api.serving.results import StoredEvents
 from agentic_api.storage.responses import ResponseRepository
 from agentic_api.turns.runner.rebuilt_events import rebuild_events
 from agentic_api.wire.events import TERMINAL_STATUSES
+from agentic_api.wire.reasoning_seal import sealed_reasoning, wants_sealed_reasoning
 
 
 def response_not_found(response_id: str) -> ApiError:
@@ -59,15 +60,19 @@ async def retrieve(
     *,
     stream: bool,
     starting_after: int | None,
+    include: Sequence[str] = (),
 ) -> Retrieved:
-    """The response's body, or (``stream``) its events after ``starting_after``."""
+    """The response's body, or (``stream``) its events after ``starting_after``.
+    ``include`` (checked by the route): with ``reasoning.encrypted_content`` the body's
+    reasoning items carry their sealed content, whatever the create asked; a replayed
+    stream is the one that was sent."""
     async with services.db.read() as session:
         repo = ResponseRepository(session)
         row = await repo.get(tenant_id, response_id)
         if row is None:
             raise response_not_found(response_id)
         if not stream:
-            return row.body
+            return _with_included(row.body, include)
         if row.background:
             # Its events are stored as they are produced, by whichever process runs it.
             return FollowedEvents(follow(services.db, row.id, starting_after))
@@ -78,6 +83,12 @@ async def retrieve(
         return StoredEventList(stored)
     after = -1 if starting_after is None else starting_after
     return RebuiltEvents([e for e in rebuild_events(row.body) if e["sequence_number"] > after])
+
+
+def _with_included(body: dict[str, Any], include: Sequence[str]) -> dict[str, Any]:
+    if not wants_sealed_reasoning(include) or not isinstance(body.get("output"), list):
+        return body
+    return {**body, "output": [sealed_reasoning(item) for item in body["output"]]}
 
 
 async def delete(services: Runtime, tenant_id: str, response_id: str) -> dict[str, Any]:
@@ -103,8 +114,10 @@ async def input_items(
     after: str | None,
     limit: int,
     descending: bool,
+    include: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One page of the response's input items, as a list object."""
+    """One page of the response's input items, as a list object (``include`` as for
+    ``retrieve``)."""
     async with services.db.read() as session:
         repo = ResponseRepository(session)
         row = await repo.get(tenant_id, response_id)
@@ -122,7 +135,7 @@ async def input_items(
         rows = await repo.input_items(
             row.id, after_position=after_position, limit=limit + 1, descending=descending
         )
-    return item_page(rows, limit)
+    return item_page(rows, limit, sealed=wants_sealed_reasoning(include))
 
 
 async def cancel(services: Runtime, tenant_id: str, response_id: str) -> dict[str, Any]:

@@ -53,7 +53,12 @@ class ConversationRepository:
         self.session = session
 
     async def create(
-        self, tenant_id: str, metadata: dict[str, Any], items: Sequence[NewConversationItem]
+        self,
+        tenant_id: str,
+        metadata: dict[str, Any],
+        items: Sequence[NewConversationItem],
+        *,
+        safety_identifier: str | None = None,
     ) -> Conversation:
         now = utcnow()
         conversation = Conversation(
@@ -65,6 +70,7 @@ class ConversationRepository:
             next_position=len(items),
             version=0,
             head_response_id=None,
+            safety_identifier=safety_identifier,
         )
         self.session.add(conversation)
         await self.session.flush()

@@ -88,7 +88,8 @@ class ConsoleLogout(Base):
 
 class Conversation(Base):
     __tablename__ = "conversations"
-    __table_args__ = (Index(None, "tenant_id", "updated_at"),)
+    # (updated_at): the retention sweep reads the oldest of all tenants.
+    __table_args__ = (Index(None, "tenant_id", "updated_at"), Index(None, "updated_at"))
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
@@ -103,6 +104,9 @@ class Conversation(Base):
     # Optimistic lock: a turn commits only if the version it read is still current.
     version: Mapped[int] = mapped_column(Integer, default=0)
     head_response_id: Mapped[str | None] = mapped_column(ID)
+    # The client's end-user identifier for abuse monitoring (openai 3.63's
+    # conversations.create), kept for the operator; never echoed (OpenAI does not).
+    safety_identifier: Mapped[str | None] = mapped_column(String(128))
 
 
 class ConversationItem(Base):
@@ -128,6 +132,8 @@ class Response(Base):
         Index(None, "tenant_id", "conversation_id"),
         Index(None, "previous_response_id"),
         Index(None, "tenant_id", "session_id", "id"),
+        # The retention sweep reads the oldest of all tenants.
+        Index(None, "created_at"),
     )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
@@ -336,6 +342,7 @@ class MessageTurn(Base):
     __table_args__ = (
         Index(None, "tenant_id", "created_at"),
         Index(None, "tenant_id", "session_id", "id"),
+        Index(None, "created_at"),
     )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)

@@ -24,6 +24,12 @@ def hash_key(plaintext: str) -> str:
     return hashlib.sha256(plaintext.encode()).hexdigest()
 
 
+def admin_display_prefix(typed: str) -> str:
+    """What an admin key typed at a login shows of itself (as the key lists show an admin
+    key): its first characters, bounded whatever was typed."""
+    return typed[: len(ADMIN_KEY_PREFIX) + _DISPLAY_CHARS]
+
+
 def _new_key(prefix: str) -> tuple[str, str]:
     plaintext = prefix + secrets.token_urlsafe(32)
     return plaintext, plaintext[: len(prefix) + _DISPLAY_CHARS]

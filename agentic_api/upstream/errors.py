@@ -115,9 +115,14 @@ def from_status(status: int, body: bytes) -> ApiError:
 
 
 # vLLM's wordings for a prompt longer than --max-model-len: Chat and Messages ("This
-# model's maximum context length is N tokens…") and Responses ("The engine prompt length N
-# exceeds the max_model_len M…").
-_CONTEXT_OVERFLOW = ("maximum context length", "exceeds the max_model_len")
+# model's maximum context length is N tokens…"), Responses ("The engine prompt length N
+# exceeds the max_model_len M…") and the V1 engine's input check ("The decoder prompt
+# (length N) is longer than the maximum model length of M…").
+_CONTEXT_OVERFLOW = (
+    "maximum context length",
+    "exceeds the max_model_len",
+    "is longer than the maximum model length",
+)
 
 
 def _is_context_overflow(message: str) -> bool:

@@ -7,15 +7,17 @@ sent as turn input are stored, replayed and listed identically.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentic_api.errors import ApiError, InvalidRequest
 from agentic_api.wire.items import Item, normalize_input, to_item
-from agentic_api.wire.limits import MAX_CONVERSATION_ITEMS_PER_CALL
+from agentic_api.wire.limits import MAX_CONVERSATION_ITEMS_PER_CALL, MAX_SAFETY_IDENTIFIER_LENGTH
 from agentic_api.wire.metadata import check_metadata
 from agentic_api.wire.requests import parse_json_object, validation_failure
+from agentic_api.wire.storable import check_no_nul
 
 
 class CreateConversationRequest(BaseModel):
@@ -25,6 +27,20 @@ class CreateConversationRequest(BaseModel):
 
     items: list[Any] | None = None
     metadata: dict[str, Any] | None = None
+    # openai 3.63: stored with the conversation (a column the operator can query);
+    # OpenAI's Conversation object has no such field, so it is not echoed.
+    safety_identifier: str | None = Field(
+        None, max_length=MAX_SAFETY_IDENTIFIER_LENGTH, strict=True
+    )
+
+
+@dataclass(frozen=True)
+class NewConversation:
+    """A validated ``POST /v1/conversations``."""
+
+    items: list[Item]
+    metadata: dict[str, str]
+    safety_identifier: str | None
 
 
 class UpdateConversationRequest(BaseModel):
@@ -83,11 +99,14 @@ def _parse(model: type[_Body], raw: bytes) -> _Body:
         raise validation_failure(exc) from exc
 
 
-def parse_create(raw: bytes) -> tuple[list[Item], dict[str, str]]:
-    """The validated items (ids assigned, canonically encoded) and metadata to create."""
+def parse_create(raw: bytes) -> NewConversation:
+    """The validated items (ids assigned, canonically encoded), metadata and safety
+    identifier to create."""
     request = _parse(CreateConversationRequest, raw)
     items = conversation_items(request.items or [])
-    return items, check_metadata(request.metadata) or {}
+    if request.safety_identifier is not None:
+        check_no_nul(request.safety_identifier, "safety_identifier")
+    return NewConversation(items, check_metadata(request.metadata) or {}, request.safety_identifier)
 
 
 def parse_update(raw: bytes) -> dict[str, str]:

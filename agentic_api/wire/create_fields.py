@@ -18,7 +18,7 @@ keep both complete.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -163,7 +163,12 @@ FIELDS: dict[str, FieldPolicy] = {
         _only("image", "context_compression", ("auto", "disabled")),
     ),
     "include": FieldPolicy(
-        "forwarded", "the upstream returns what it supports and refuses the rest"
+        "ours",
+        "per value (INCLUDABLE): 'message.output_text.logprobs' forwarded (vLLM returns the "
+        "logprobs); 'reasoning.encrypted_content' and 'message.input_image.image_url' "
+        "honoured here; the values of tools that never run here (file_search, web_search, "
+        "computer, code_interpreter) refused with unsupported_value; unknown values are a "
+        "400 invalid_value",
     ),
     "input": FieldPolicy("ours", "normalized, stored and replayed verbatim"),
     "instructions": FieldPolicy("ours", "rendered first; not inherited, as OpenAI does"),
@@ -177,7 +182,11 @@ FIELDS: dict[str, FieldPolicy] = {
     "moderation": FieldPolicy("refused", "no moderation model runs here"),
     "parallel_tool_calls": FieldPolicy("forwarded", "the upstream's tool-call parser decides"),
     "previous_response_id": FieldPolicy("ours", "chains rehydrated from storage"),
-    "prompt": FieldPolicy("refused", "no stored prompt templates exist here"),
+    "prompt": FieldPolicy(
+        "refused",
+        "deprecated: OpenAI shut saved prompts down on 2026-11-30 and none exist here; "
+        "send the prompt's instructions and input instead",
+    ),
     "prompt_cache_key": FieldPolicy(
         "ours", "the session coordinate of a chain's root; forwarded (vLLM ignores it)"
     ),
@@ -227,6 +236,76 @@ FIELDS: dict[str, FieldPolicy] = {
     "truncation": FieldPolicy("forwarded", "vLLM truncates the prompt with 'auto'"),
     "user": FieldPolicy("forwarded", "stored and echoed"),
 }
+
+
+# What this server does with each ``include`` value openai 3.63 defines
+# (``ResponseIncludable``): the same three answers as the fields themselves.
+INCLUDABLE: dict[str, FieldPolicy] = {
+    "message.output_text.logprobs": FieldPolicy(
+        "forwarded", "vLLM returns each output text part's logprobs (with top_logprobs)"
+    ),
+    "message.input_image.image_url": FieldPolicy(
+        "ours", "input items are stored and listed as sent: an image's URL is always there"
+    ),
+    "reasoning.encrypted_content": FieldPolicy(
+        "ours",
+        "each reasoning item carries encrypted_content: its reasoning sealed by this "
+        "server, replayed to the model when the item comes back without its content "
+        "(wire/reasoning_seal.py)",
+    ),
+    "file_search_call.results": FieldPolicy("refused", "no file_search tool runs here"),
+    "web_search_call.results": FieldPolicy("refused", "no web_search tool runs here"),
+    "web_search_call.action.sources": FieldPolicy("refused", "no web_search tool runs here"),
+    "computer_call_output.output.image_url": FieldPolicy("refused", "no computer tool runs here"),
+    "code_interpreter_call.outputs": FieldPolicy("refused", "no code interpreter runs here"),
+}
+
+
+def check_include(values: Sequence[str] | None, *, param: str) -> None:
+    """Every ``include`` value is one OpenAI defines and one this server can honour: an
+    unknown value is ``invalid_value``, a value nothing here implements
+    ``unsupported_value``, each naming its position."""
+    for index, value in enumerate(values or ()):
+        policy = INCLUDABLE.get(value)
+        where = f"{param}[{index}]"
+        if policy is None:
+            raise InvalidRequest(
+                f"Invalid value for '{where}': {value!r}. Supported values are: "
+                + ", ".join(repr(name) for name in INCLUDABLE)
+                + ".",
+                param=where,
+                code="invalid_value",
+            )
+        if policy.handling == "refused":
+            raise InvalidRequest(
+                f"Unsupported value for '{where}': {value!r} ({policy.note}).",
+                param=where,
+                code="unsupported_value",
+            )
+
+
+def upstream_include(values: Sequence[str] | None) -> list[str]:
+    """The ``include`` values the upstream acts on (the others are ours)."""
+    return [v for v in values or () if INCLUDABLE[v].handling == "forwarded"]
+
+
+def check_text_format(text: Mapping[str, Any] | None) -> None:
+    """A ``json_schema`` text format carries its ``name`` and ``schema`` (both required by
+    OpenAI): without them the upstream would answer free text where the client asked for
+    structure."""
+    form = text.get("format") if isinstance(text, Mapping) else None
+    if not isinstance(form, Mapping) or form.get("type") != "json_schema":
+        return
+    for key, kind, shown in (("name", str, "a string"), ("schema", Mapping, "an object")):
+        param = f"text.format.{key}"
+        if key not in form or form[key] is None:
+            raise InvalidRequest(
+                f"Missing required parameter: '{param}'.",
+                param=param,
+                code="missing_required_parameter",
+            )
+        if not isinstance(form[key], kind):
+            raise InvalidRequest(f"'{param}' must be {shown}.", param=param, code="invalid_type")
 
 
 def refuse_unsupported(data: Mapping[str, Any]) -> None:

@@ -10,6 +10,9 @@ MAX_METADATA_VALUE_LENGTH = 512
 MAX_ID_LENGTH = 64
 MAX_MODEL_LENGTH = 200
 MAX_PROMPT_CACHE_KEY_LENGTH = 1024
+# openai 3.63 documents at most 128 characters for ``safety_identifier`` (responses,
+# compaction, conversations).
+MAX_SAFETY_IDENTIFIER_LENGTH = 128
 MAX_ITEM_TYPE_LENGTH = 64
 MAX_INCLUDE_ENTRIES = 32
 MAX_LIST_LIMIT = 100

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentic_api.wire.events import ITEM_STATUSES
-from agentic_api.wire.response_object import output_part
+from agentic_api.wire.response_object import output_part, reasoning_shape
 
 # Items a list shows with a ``status`` (OpenAI's item types require one): a stored item
 # is a finished one.
@@ -26,6 +26,9 @@ def present_item(item: dict[str, Any]) -> dict[str, Any]:
         if isinstance(content, list):
             content = [output_part(part) for part in content]
         shown = {**item, "content": content}
+    if kind == "reasoning":
+        # A client's reasoning item may come without a summary (it is replayed as sent).
+        shown = reasoning_shape(shown)
     if kind in _WITH_STATUS and shown.get("status") not in ITEM_STATUSES:
         shown = {**shown, "status": "completed"}
     return shown

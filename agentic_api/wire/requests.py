@@ -17,7 +17,13 @@ from pydantic import (
 )
 
 from agentic_api.errors import ApiError, InvalidRequest
-from agentic_api.wire.create_fields import PromptCacheOptions, check_prewarm, refuse_unsupported
+from agentic_api.wire.create_fields import (
+    PromptCacheOptions,
+    check_include,
+    check_prewarm,
+    check_text_format,
+    refuse_unsupported,
+)
 from agentic_api.wire.limits import (
     MAX_ID_LENGTH,
     MAX_INCLUDE_ENTRIES,
@@ -25,6 +31,7 @@ from agentic_api.wire.limits import (
     MAX_INTEGER,
     MAX_MODEL_LENGTH,
     MAX_PROMPT_CACHE_KEY_LENGTH,
+    MAX_SAFETY_IDENTIFIER_LENGTH,
     MAX_TOOLS,
 )
 from agentic_api.wire.metadata import check_metadata
@@ -117,7 +124,9 @@ class CreateResponseRequest(BaseModel):
     # Ours: never sent upstream (vLLM has no such field; its prefix cache is automatic).
     prompt_cache_options: PromptCacheOptions | None = None
     user: str | None = Field(None, strict=True)
-    safety_identifier: str | None = Field(None, strict=True)
+    safety_identifier: str | None = Field(
+        None, max_length=MAX_SAFETY_IDENTIFIER_LENGTH, strict=True
+    )
     service_tier: str | None = Field(None, strict=True)
     # The hosted multi-agent beta (wire/multi_agent.py): only on the beta path.
     multi_agent: MultiAgentConfig | None = None
@@ -242,6 +251,15 @@ def parse_create_request(
         raise validation_failure(exc) from exc
     refuse_unsupported(data)
     check_multi_agent(request.multi_agent, data, beta)
+    check_include(request.include, param="include")
+    check_text_format(request.text)
+    if request.stream_options is not None and not request.stream:
+        # OpenAI's answer too: the options only shape a stream.
+        raise InvalidRequest(
+            "'stream_options' is only allowed when 'stream' is true.",
+            param="stream_options",
+            code="invalid_value",
+        )
     if request.conversation is not None and request.previous_response_id is not None:
         raise InvalidRequest(
             "'conversation' and 'previous_response_id' cannot be used together.",

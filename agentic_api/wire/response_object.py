@@ -125,21 +125,46 @@ def output_item(item: dict[str, Any]) -> dict[str, Any]:
     if kind == "message":
         content = item.get("content")
         parts = [output_part(p) for p in content] if isinstance(content, list) else content
-        if parts == []:
+        if parts == [] or parts is None:
             parts = [output_part({"type": "output_text", "text": ""})]
         item = {**item, "content": parts}
+    if kind == "reasoning":
+        item = reasoning_shape(item)
     if kind in ("message", "function_call") and item.get("status") not in ITEM_STATUSES:
         item = {**item, "status": "completed"}
     return item
+
+
+def reasoning_shape(item: dict[str, Any]) -> dict[str, Any]:
+    """A reasoning item as OpenAI's type requires it: ``summary`` a list (empty when the
+    model server sent none), and the optional ``content`` / ``encrypted_content`` left
+    out rather than null (OpenAI omits what it has not got; the SDK's type allows
+    either, strict clients expect the absence)."""
+    if isinstance(item.get("summary"), list) and all(
+        item.get(key, ...) is not None for key in ("content", "encrypted_content")
+    ):
+        return item
+    fixed = {k: v for k, v in item.items() if k not in _NULL_OMITTED or v is not None}
+    if not isinstance(fixed.get("summary"), list):
+        fixed["summary"] = []
+    return fixed
+
+
+_NULL_OMITTED = frozenset({"content", "encrypted_content"})
 
 
 def streamed_item(item: dict[str, Any]) -> dict[str, Any]:
     """An item as an ``output_item.added`` event shows it (still in progress: its content
     comes in the events that follow)."""
     fixed = dict(item)
-    if fixed.get("type") == "message" and isinstance(fixed.get("content"), list):
-        fixed["content"] = [output_part(p) for p in fixed["content"]]
-    if fixed.get("type") in ("message", "function_call") and "status" not in fixed:
+    kind = fixed.get("type")
+    if kind == "message":
+        # OpenAI's added message has its parts still to come: an empty list, never null.
+        content = fixed.get("content")
+        fixed["content"] = [output_part(p) for p in content] if isinstance(content, list) else []
+    if kind == "reasoning":
+        fixed = reasoning_shape(fixed)
+    if kind in ("message", "function_call") and "status" not in fixed:
         fixed["status"] = "in_progress"
     return fixed
 
@@ -149,20 +174,56 @@ def streamed_item(item: dict[str, Any]) -> dict[str, Any]:
 
 def echoed_tools(tools: Iterable[dict[str, Any]] | None) -> list[dict[str, Any]]:
     """The request's tools as the Response object echoes them: a function tool always
-    carries ``strict`` and ``parameters`` (null when the client left them out)."""
+    carries ``description``, ``strict`` and ``parameters``, null when the client left
+    them out (OpenAI's echo has every key; null says the model server's default applied:
+    nothing here makes a schema strict that the client did not)."""
     echoed: list[dict[str, Any]] = []
     for tool in tools or ():
         if tool.get("type") == "function":
-            tool = {"strict": None, "parameters": None, **tool}
+            tool = {"description": None, "strict": None, "parameters": None, **tool}
         echoed.append(tool)
     return echoed
 
 
+def echoed_text(text: dict[str, Any] | None) -> dict[str, Any]:
+    """``Response.text``: OpenAI's defaults where the client gave nothing, and a
+    ``json_schema`` format with its optional ``description`` and ``strict`` (null when
+    left out), as OpenAI echoes it."""
+    if not text:
+        return {**DEFAULT_TEXT, "format": dict(DEFAULT_TEXT["format"])}
+    form = text.get("format")
+    if isinstance(form, dict) and form.get("type") == "json_schema":
+        return {**text, "format": {"description": None, "strict": None, **form}}
+    return text
+
+
+# Failures that are not the server's own, whose code a client acts on (compact its
+# context, tell the operator): a background job's Response carries the same code as the
+# foreground's refusal. OpenAI's failed background responses carry such codes too, beyond
+# the SDK's listed ones (which the SDK does not enforce).
+KEPT_ERROR_CODES = frozenset({"upstream_authentication_failed"})
+
+
 def response_error(error: ApiError) -> dict[str, Any]:
-    """``Response.error``: OpenAI's schema allows a fixed set of codes; ours are told in
-    the message (and in the stream's ``error`` event, whose code is free)."""
-    code = RATE_LIMITED if error.status_code == 429 else SERVER_ERROR
-    return {"code": code, "message": error.message}
+    """``Response.error``: the refusal's own code when the request (a 4xx) or the gateway's
+    upstream credentials were refused, as the same refusal in the foreground says it;
+    otherwise OpenAI's ``rate_limit_exceeded`` or ``server_error`` (the details in the
+    message, and in the stream's ``error`` event). ``type`` and ``param``: the original
+    error's."""
+    if error.status_code == 429:
+        code = RATE_LIMITED
+    elif error.code is not None and (
+        400 <= error.status_code < 500 or error.code in KEPT_ERROR_CODES
+    ):
+        code = error.code
+    else:
+        code = SERVER_ERROR
+    return {
+        "code": code,
+        "message": error.message,
+        "param": error.param,
+        "type": error.error_type,
+    }
 
 
 # -- the Response object ---------------------------------------------------------------------------
@@ -221,7 +282,7 @@ def base_response(
         "temperature": (
             DEFAULT_SAMPLING["temperature"] if request.temperature is None else request.temperature
         ),
-        "text": request.text or dict(DEFAULT_TEXT),
+        "text": echoed_text(request.text),
         "tool_choice": request.tool_choice if request.tool_choice is not None else "auto",
         "tools": echoed_tools(request.tools),
         "top_logprobs": request.top_logprobs or 0,

@@ -16,7 +16,8 @@
 #   that --kv-cache-memory-bytes N takes effect: the variable would override the flag),
 #   AGENTIC_VLLM_BLOCK_SIZE (default 32: vLLM's CPU attention only takes multiples of 32;
 #   --block-size 16 fails at start-up with "No common block size for 16"),
-#   AGENTIC_VLLM_PROGRESS=1 (every 10 s while waiting: the time so far and the log's last line).
+#   AGENTIC_VLLM_PROGRESS=1 (every 10 s while waiting: the time so far and the log's last line),
+#   AGENTIC_VLLM_STARTED_PID_FILE (also writes the started vLLM's pid there).
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -78,6 +79,10 @@ HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
     "$@" >"$LOG_FILE" 2>&1 </dev/null &
 PID=$!
 echo "$PID" >"$PID_FILE"
+# For a caller that must tell the vLLM it started from one started by someone else.
+if [[ -n "${AGENTIC_VLLM_STARTED_PID_FILE:-}" ]]; then
+    echo "$PID" >"$AGENTIC_VLLM_STARTED_PID_FILE"
+fi
 
 start=$(date +%s)
 last_progress=$start

@@ -211,6 +211,47 @@ def test_every_page_is_locked_down(
         assert "<script" not in answer.text
 
 
+def _assert_console_headers(answer: httpx.Response) -> None:
+    assert answer.headers["content-security-policy"] == PAGE_POLICY
+    assert answer.headers["x-frame-options"] == "DENY"
+    assert answer.headers["referrer-policy"] == "same-origin"
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    assert answer.headers["cache-control"] == "no-store"
+    assert answer.headers["cross-origin-opener-policy"] == "same-origin"
+    assert answer.headers["content-type"].startswith("text/html")
+    assert "<script" not in answer.text
+
+
+@pytest.mark.parametrize("logged_in", [False, True], ids=["stranger", "operator"])
+def test_unknown_console_paths_answer_the_consoles_own_locked_down_404(
+    server: RunningServer, admin_key: str, logged_in: bool
+) -> None:
+    with (
+        log_in(server.url, admin_key)
+        if logged_in
+        else httpx.Client(base_url=server.url, timeout=20)
+    ) as http:
+        for method, path in [
+            ("GET", "/console/nope"),
+            ("GET", "/console/tenants/ten_x/nope/deeper"),
+            ("POST", "/console/nope"),
+            ("GET", "/console/static/other.css"),
+            ("GET", "/console/%3Cscript%3Ealert(1)%3C%2Fscript%3E"),
+        ]:
+            answer = http.request(method, path)
+            assert answer.status_code == 404, (method, path, answer.text)
+            _assert_console_headers(answer)
+            assert "Not found." in answer.text
+        # A console page asked with a method it does not serve: the console's 405.
+        refused = http.delete("/console/login")
+        assert refused.status_code == 405
+        assert refused.headers["allow"] == "GET, POST"
+        _assert_console_headers(refused)
+    # Outside the console, unknown paths keep the API's JSON 404.
+    api_404 = httpx.get(f"{server.url}/v1/nope", timeout=20)
+    assert api_404.status_code == 404 and api_404.json()["error"]["code"] == "not_found"
+
+
 # -- CSRF ------------------------------------------------------------------------------------
 
 

@@ -98,6 +98,30 @@ def test_a_token_exact_continuation_is_a_hit_on_json_sse_and_retrieve(
     assert fourth.prompt_cache_options.comparison_response_id == first.id
 
 
+def test_a_repeated_prompt_compared_with_a_response_it_does_not_continue_is_a_hit(
+    client: OpenAI, sim: SimServer, admin: httpx.Client
+) -> None:
+    """Issue 38, item 15: the compared response's prompt is the prefix to share; its
+    output is not missing from a prompt that never meant to continue it."""
+    question = "Summarise the plot of a long novel, with enough words to fill a block or two."
+    sim.push(Reply("A first answer."))
+    first = client.responses.create(model=MODEL, input=question)
+    sim.push(Reply("The same question, answered again."))
+    again = client.responses.create(
+        model=MODEL, input=question, prompt_cache_options=compared_with(first.id)
+    )
+    assert again.usage is not None and again.usage.input_tokens_details.cached_tokens > 0
+    assert isinstance(again.prompt_cache_diagnostics, PromptCacheDiagnosticsCacheHit)
+    # Another question shares only the template's first tokens with it: a miss.
+    sim.push(Reply("Another answer."))
+    other = client.responses.create(
+        model=MODEL,
+        input="A different question altogether, about the weather in Lisbon tomorrow.",
+        prompt_cache_options=compared_with(first.id),
+    )
+    assert miss(other).reason == "input_changed"
+
+
 def miss(response: Response) -> PromptCacheDiagnosticsCacheMiss:
     diagnosed = response.prompt_cache_diagnostics
     assert isinstance(diagnosed, PromptCacheDiagnosticsCacheMiss), diagnosed

@@ -79,7 +79,8 @@ def branch(admin: httpx.Client, response_id: str) -> dict[str, Any]:
 
 
 def whole(found: dict[str, Any]) -> bool:
-    return bool(found["resident_tokens"] >= found["reusable_tokens"])
+    resident = found["resident_tokens"]
+    return resident is not None and bool(resident >= found["reusable_tokens"])
 
 
 def expected_of(admin: httpx.Client, response_id: str) -> int:
@@ -137,3 +138,58 @@ def test_a_forked_branch_whose_blocks_were_evicted_shows_it_and_its_sibling_does
             more = ask(text(f"more{tag}", 8), fork.id)
             measured = more.usage.input_tokens_details.cached_tokens
             assert measured == min(predicted, expected_of(admin, more.id)), (fork.id, predicted)
+
+
+def test_after_a_restart_a_prefix_cached_before_is_unknown_then_rebuilt_by_the_next_turn(
+    replica: tuple[str, str], kv_db_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 38, item 16: our server restarts while the replica keeps its cache. The
+    trunk's blocks were reported to the process that is gone: the new one reads the
+    trunk's residency as unknown (never 0), and once a continuation was served those
+    blocks and stored its own under them, its branch is whole again — and the next
+    continuation is served what that said."""
+    url, endpoint = replica
+    tenant: TenantKeys = create_tenant(kv_db_url)
+    tag = uuid.uuid4().hex[:6]
+
+    def serve() -> Any:
+        return app_server(
+            "postgres",
+            kv_db_url,
+            url,
+            tmp_path_factory.mktemp("kv-restart"),
+            kv_events_endpoints={REPLICA: endpoint},
+            token_artifacts="required",
+        )
+
+    def ask(client: OpenAI, words: str, parent: str | None = None) -> Any:
+        return client.responses.create(
+            model="tiny-llama",
+            input=words,
+            previous_response_id=parent,
+            temperature=0,
+            max_output_tokens=4,
+        )
+
+    with serve() as before, admin_of(before) as admin:
+        trunk = ask(before.client(tenant, timeout=120), text(f"trunk{tag}", 60))
+        wait_for(lambda: {"b": branch(admin, trunk.id)}, lambda v: whole(v["b"]))
+
+    with serve() as after, admin_of(after) as admin:
+        client = after.client(tenant, timeout=120)
+        unknown = branch(admin, trunk.id)
+        assert unknown["resident_tokens"] is None and unknown["known_tokens"] == 0, unknown
+        view = admin.get(f"/responses/{trunk.id}/residency").json()["branch"]
+        assert view["resident_tokens"] is None, view
+
+        child = ask(client, text(f"child{tag}", 40), trunk.id)
+        expected = expected_of(admin, child.id)
+        # The trunk's blocks were still held: the child hit in full.
+        assert child.usage.input_tokens_details.cached_tokens == expected > 0
+        rebuilt = wait_for(lambda: {"b": branch(admin, child.id)}, lambda v: whole(v["b"]))
+        assert rebuilt["b"]["resident_tokens"] >= expected
+
+        predicted = branch(admin, child.id)["resident_tokens"]
+        more = ask(client, text(f"more{tag}", 8), child.id)
+        measured = more.usage.input_tokens_details.cached_tokens
+        assert measured == min(predicted, expected_of(admin, more.id)) > expected

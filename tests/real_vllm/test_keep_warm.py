@@ -156,3 +156,75 @@ def test_a_paused_agent_evicted_by_other_traffic_is_rewarmed_and_returns_warm(
         assert settled["next_cached_tokens"] == cached
     assert metric("agentic_keep_warm_rewarms_total", outcome="paid_off") == paid_before + 1
     assert metric("agentic_keep_warm_tokens_total") == tokens_before + settled["spent_tokens"]
+
+
+def test_after_a_restart_a_paused_prefix_cached_before_is_still_kept_warm(
+    kv_db_url: str, replica: Replica, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 38, item 16: the agent's first turn ran on a server process that is gone; its
+    next turn, on the new one, was served that turn's blocks (reported to the old process
+    only) and paused. The new process rebuilds the paused prefix from that turn, sees it
+    drop under other traffic, and re-warms it (before: it read 0 and never did)."""
+    tenant = create_tenant(kv_db_url)
+    tag = uuid.uuid4().hex[:6]
+
+    def serve(keep_warm: bool) -> Any:
+        return app_server(
+            "postgres",
+            kv_db_url,
+            replica.url,
+            tmp_path_factory.mktemp("kw-restart"),
+            kv_events_endpoints={NAME: replica.endpoint},
+            keep_warm_enabled=keep_warm,
+            keep_warm_pause_on="tools_offered",
+            keep_warm_interval_seconds=0.1,
+            keep_warm_replica_metrics={NAME: f"{replica.url}/metrics"},
+        )
+
+    with serve(keep_warm=False) as before:
+        first = ask(before.client(tenant, timeout=120), text(f"kwr{tag}", 70), tools=TOOLS)
+
+    with serve(keep_warm=True) as after:
+        client = after.client(tenant, timeout=120)
+        others = after.client(create_tenant(kv_db_url), timeout=120)
+        admin = httpx.Client(
+            base_url=f"{after.url}/admin/v1",
+            headers={"Authorization": f"Bearer {create_admin_key(after.db_url)}"},
+            timeout=30,
+        )
+
+        def branch() -> Any:
+            view = admin.get(f"/responses/{paused.id}/residency").json()["branch"]
+            return view["resident_tokens"]
+
+        def records() -> list[dict[str, Any]]:
+            lineage = admin.get(f"/responses/{paused.id}/lineage").json()
+            # Root first, ending with the paused turn, whose continuation was warmed.
+            found: list[dict[str, Any]] = lineage["ancestors"][-1]["rewarms"]
+            return found
+
+        with admin:
+            paused = ask(client, text(f"kwr2{tag}", 40), tools=TOOLS, previous_response_id=first.id)
+            served = usage_of(paused).input_tokens_details.cached_tokens
+            assert served >= usage_of(first).input_tokens // BLOCK * BLOCK > 0
+            paused_prompt = usage_of(paused).input_tokens
+            # Rebuilt from the paused turn itself: its whole prompt is known resident.
+            eventually(
+                lambda: (branch() or 0) >= paused_prompt // BLOCK * BLOCK, "the paused prefix"
+            )
+            time.sleep(0.5)  # a few of the loop's ticks: it has seen the prefix resident
+            sent = 0
+            while not records():
+                assert sent < 12, "the paused prefix was never re-warmed"
+                ask(others, text(f"r{sent}{uuid.uuid4().hex[:4]}", 160))
+                sent += 1
+                time.sleep(0.5)
+            eventually(lambda: records()[0]["outcome"] == "done", "the re-warm answered")
+            (rewarm,) = records()
+            assert rewarm["reason"] == "evicted while paused" and rewarm["replica"] == NAME
+            back = ask(
+                client, text("the tool said", 20), tools=TOOLS, previous_response_id=paused.id
+            )
+            cached = usage_of(back).input_tokens_details.cached_tokens
+            assert cached >= paused_prompt // BLOCK * BLOCK
+            assert records()[0]["outcome"] == "paid_off"

@@ -63,3 +63,37 @@ def test_a_named_comparison_is_a_hit_and_changed_instructions_a_miss(
         )
     finally:
         admin.close()
+
+
+def test_a_repeated_prompt_is_a_hit_against_a_response_it_does_not_continue(
+    smollm2: RealVllm, smol_server: RunningServer
+) -> None:
+    """Issue 38, item 15: the same question asked again, compared with the first asking
+    (not its parent: it continues nothing). vLLM serves every full block of the repeated
+    prompt, and that is a hit; another question is a miss."""
+    client: OpenAI = smol_server.client(create_tenant(smol_server.db_url), timeout=300)
+    question = (
+        "Explain in a few sentences why the sky looks blue during the day and red or "
+        "orange at sunset, and what the scattering of light has to do with it."
+    )
+    first = ask(client, smollm2, question, max_output_tokens=8)
+    compared: Any = {"comparison_response_id": first.id}
+    again = ask(client, smollm2, question, max_output_tokens=8, prompt_cache_options=compared)
+    assert again.usage.input_tokens == first.usage.input_tokens
+    block = smollm2.block_size
+    # The oracle: vLLM served every full block it could of the repeated prompt.
+    served = again.usage.input_tokens_details.cached_tokens
+    assert served == (again.usage.input_tokens - 1) // block * block > 0
+    assert isinstance(again.prompt_cache_diagnostics, PromptCacheDiagnosticsCacheHit), (
+        again.prompt_cache_diagnostics
+    )
+    other = ask(
+        client,
+        smollm2,
+        "Name three rivers in Africa and the countries they flow through.",
+        max_output_tokens=8,
+        prompt_cache_options=compared,
+    )
+    diagnosed = other.prompt_cache_diagnostics
+    assert isinstance(diagnosed, PromptCacheDiagnosticsCacheMiss), diagnosed
+    assert diagnosed.reason == "input_changed"

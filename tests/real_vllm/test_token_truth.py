@@ -271,3 +271,44 @@ def test_input_tokens_are_counted_by_the_render_endpoint(client: OpenAI, smollm2
     )
     second = ask(client, smollm2, "Name another.", previous_response_id=first.id)
     assert counted.input_tokens == second.usage.input_tokens
+
+
+def test_a_siblings_blocks_do_not_shrink_the_parents_losses(
+    client: OpenAI,
+    admin: AdminApi,
+    smollm2: RealVllm,
+    smol_server: RunningServer,
+    report: list[dict[str, Any]],
+) -> None:
+    """Two continuations of one parent with the same prompt (the same split): the second
+    is served the first one's blocks past the divergence, and still loses what the parent
+    could not give it, exactly as the first did (issue 38, item 14)."""
+    first = ask(client, smollm2, DIVERGING_PROMPT)
+    # Long enough to fill blocks of its own past the divergence.
+    follow = (
+        "Thanks. Now explain, in two short paragraphs, why a regular bedtime, a dark and "
+        "quiet room, and less coffee in the afternoon each help a person fall asleep sooner "
+        "and wake up rested, and say which of the three matters most."
+    )
+    accounts = []
+    for case in ("sibling-first", "sibling-second"):
+        child = ask(client, smollm2, follow, previous_response_id=first.id, max_output_tokens=1)
+        account = admin.account(child.id)
+        report.append(row(case, smol_server.backend, child, account))
+        assert account["status"] == "diverged" and account["cause"] == "retokenization"
+        assert account["measured_cached"] == child.usage.input_tokens_details.cached_tokens
+        accounts.append(account)
+    alone, helped = accounts
+    # The first one was served what the parent could give; the second, the first's blocks
+    # reaching past the divergence too.
+    assert alone["measured_cached"] == alone["expected_cached"]
+    assert alone["extra_cached"] == 0
+    assert helped["expected_cached"] == alone["expected_cached"]
+    assert helped["measured_cached"] > helped["expected_cached"] + smollm2.block_size
+    assert helped["extra_cached"] == helped["measured_cached"] - helped["expected_cached"]
+    # The losses are the parent's alone: the same for both.
+    assert helped["divergence"]["offset"] == alone["divergence"]["offset"]
+    assert helped["lost"] == alone["lost"]
+    assert helped["lost"]["retokenization"] == helped["divergence"]["remainder"]
+    assert sum(helped["lost"].values()) == helped["parent_tokens"] - helped["expected_cached"]
+    assert "more were cached from a prefix shared with other requests" in helped["explanation"]

@@ -44,6 +44,7 @@ from openai.types.responses import (
     ResponseOutputItem,
     ResponseStreamEvent,
 )
+from openai.types.responses.response_error import ResponseError
 from openai.types.responses.response_item import ResponseItem
 from openai.types.responses.response_usage import ResponseUsage
 from openai.types.responses.responses_server_event import ResponsesServerEvent, ResponseWsError
@@ -357,6 +358,22 @@ def check_tool(tool: Any, where: str) -> None:
             fail("tool.function.strict", where, "strict must be a boolean or null")
 
 
+# The codes the SDK lists for ``Response.error.code``. A failed response may carry another:
+# the foreground refusal's own code (``wire/response_object.py:response_error``), as
+# OpenAI's background responses do; the SDK lists but does not enforce them.
+LISTED_ERROR_CODES = frozenset(typing.get_args(ResponseError.model_fields["code"].annotation))
+
+
+def _with_listed_error_code(response: Any, where: str) -> Any:
+    error = response.get("error") if isinstance(response, dict) else None
+    if not isinstance(error, dict) or error.get("code") in LISTED_ERROR_CODES:
+        return response
+    code = error.get("code")
+    if not isinstance(code, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", code):
+        fail("response.error.code", where, f"not an error code: {code!r}")
+    return {**response, "error": {**error, "code": "server_error"}}
+
+
 def check_response(
     response: Any,
     where: str,
@@ -365,7 +382,7 @@ def check_response(
     vocabulary: Vocabulary = STANDARD,
 ) -> None:
     """A Response object at any stage (snapshot, final, retrieved, cancelled)."""
-    sdk_validate(vocabulary.response, response, where)
+    sdk_validate(vocabulary.response, _with_listed_error_code(response, where), where)
     if not isinstance(response, dict):
         return
     for key in RESPONSE_KEYS:
@@ -426,8 +443,11 @@ def check_event(
         if set(event) - {"type", "response", "sequence_number", "stream_id"}:
             fail("event.extension", where, f"unexpected keys {sorted(event)}")
     else:
+        listed = event
+        if isinstance(event.get("response"), dict):
+            listed = {**event, "response": _with_listed_error_code(event["response"], where)}
         events = vocabulary.socket_events if socket else vocabulary.stream_events
-        _sdk_by_type(events, event, where, "event")
+        _sdk_by_type(events, listed, where, "event")
     need_int(event, "sequence_number", where, "event.sequence_number")
     if socket and "stream_id" in event and not isinstance(event["stream_id"], str):
         fail("event.stream_id", where, "stream_id must be a string")

@@ -191,3 +191,92 @@ def test_a_replica_that_reported_nothing_holds_nothing() -> None:
     empty = Batch(0, 0.0, ())
     target.apply("replica-b", empty)
     assert target.prefix(array("I"), SALT)[0].resident_tokens == 0
+
+
+# Blocks stored before this process listened (issue 38, item 16).
+
+
+def late(seq: int = 57) -> tuple[ResidencyTracker, Replica]:
+    """A tracker that joined the replica's stream late (its first batch is not the
+    engine's first), with one unrelated block reported so the block size is known."""
+    target = ResidencyTracker([REPLICA])
+    replica = Replica(target)
+    replica.seq = seq
+    replica.store([9], None, session="other")
+    return target, replica
+
+
+def view(target: ResidencyTracker, *numbers: int) -> tuple[int, bool]:
+    (found,) = target.prefix(array("I", run(*numbers)), SALT)
+    return found.resident_tokens, found.known
+
+
+def test_a_prefix_stored_before_the_process_listened_is_unknown_never_zero() -> None:
+    target, _replica = late()
+    # Blocks 1..3 were cached before: nothing of them was reported here.
+    assert view(target, 1, 2, 3, 4) == (0, False)
+    # A replica followed from its engine's first batch has reported all it holds.
+    fresh = ResidencyTracker([REPLICA])
+    Replica(fresh).store([9], None, session="other")
+    assert view(fresh, 1, 2, 3, 4) == (0, True)
+    # A reset by a clear empties the cache: known again.
+    _replica.send(CLEARED)
+    assert view(target, 1, 2, 3, 4) == (0, True)
+
+
+def test_a_turn_served_from_unreported_blocks_grafts_them_whichever_comes_first() -> None:
+    for evidence_first in (False, True):
+        target, replica = late()
+        if evidence_first:
+            # The turn's answer is in before its blocks' reports: the evidence waits.
+            target.served("s", SALT, [*run(1, 2, 3, 4, 5), 1, 2], 12)
+            assert view(target, 1, 2, 3, 4, 5) == (0, False)
+        # Served blocks 1..3 (12 tokens) and stored 4 and 5 under block 3's hash.
+        replica.store([4, 5], 3)
+        if not evidence_first:
+            assert view(target, 1, 2, 3, 4, 5) == (0, False)
+            target.served("s", SALT, [*run(1, 2, 3, 4, 5), 1, 2], 12)
+        assert view(target, 1, 2, 3, 4, 5) == (20, True), evidence_first
+        assert view(target, 1, 2, 3) == (12, True)
+        # The tail goes first, as vLLM evicts: a known stop.
+        replica.send(removed(5))
+        assert view(target, 1, 2, 3, 4, 5, 6) == (16, True)
+        # Block 3 removed: the inferred blocks before it lose their evidence.
+        replica.send(removed(3))
+        assert view(target, 1, 2, 3) == (0, False)
+
+
+def test_no_graft_from_another_session_a_removed_parent_or_a_turn_that_stored_nothing() -> None:
+    target, replica = late()
+    replica.store([4, 5], 3, session="someone-else")
+    target.served("s", SALT, run(1, 2, 3, 4, 5), 12)
+    assert view(target, 1, 2, 3, 4, 5) == (0, False)
+
+    target, replica = late()
+    replica.store([4, 5], 3)
+    # Block 3 went before the turn's evidence came: its hash was never known here.
+    replica.send(removed(3))
+    target.served("s", SALT, run(1, 2, 3, 4, 5), 12)
+    assert view(target, 1, 2, 3, 4, 5) == (0, False)
+
+    target, replica = late()
+    # Served 12 of 14 tokens: no block of its own, nothing to hang the served ones on.
+    target.served("s", SALT, [*run(1, 2, 3), 1, 2], 12)
+    assert view(target, 1, 2, 3) == (0, False)
+
+
+def test_evidence_in_before_any_report_uses_the_upstreams_block_size() -> None:
+    target = ResidencyTracker([REPLICA])
+    replica = Replica(target)
+    replica.seq = 57
+    # Nothing reported yet (no block size): the upstream's block size keys the evidence.
+    target.served("s", SALT, run(1, 2, 3, 4, 5), 12, block_size=BLOCK)
+    replica.store([4, 5], 3)
+    assert view(target, 1, 2, 3, 4, 5) == (20, True)
+    # Without it the evidence cannot be read, and the prefix stays unknown.
+    target = ResidencyTracker([REPLICA])
+    replica = Replica(target)
+    replica.seq = 57
+    target.served("s", SALT, run(1, 2, 3, 4, 5), 12)
+    replica.store([4, 5], 3)
+    assert view(target, 1, 2, 3, 4, 5) == (0, False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from agentic_api.settings import ConfigError, Settings
 
@@ -67,6 +68,23 @@ def test_keep_warm_needs_the_replicas_kv_events(monkeypatch: pytest.MonkeyPatch)
         "r1": "http://a:1/metrics",
         "r2": "http://b:2/metrics",
     }
+
+
+def test_a_short_metrics_token_is_refused() -> None:
+    with pytest.raises(ConfigError, match="AGENTIC_METRICS_TOKEN"):
+        Settings(metrics_token="short").check()
+    Settings(metrics_token="a-long-enough-scrape-token").check()
+
+
+def test_trusted_proxies_are_addresses_networks_or_any(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().forwarded_allow_ips == ["127.0.0.1"]
+    monkeypatch.setenv("AGENTIC_FORWARDED_ALLOW_IPS", "10.0.0.0/8, 192.168.1.7,::1")
+    assert Settings().forwarded_allow_ips == ["10.0.0.0/8", "192.168.1.7", "::1"]
+    monkeypatch.setenv("AGENTIC_FORWARDED_ALLOW_IPS", "*")
+    assert Settings().forwarded_allow_ips == ["*"]
+    monkeypatch.setenv("AGENTIC_FORWARDED_ALLOW_IPS", "proxy.internal")
+    with pytest.raises(ValidationError, match=r"proxy\.internal"):
+        Settings()
 
 
 @pytest.mark.parametrize(

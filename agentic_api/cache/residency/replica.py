@@ -90,6 +90,10 @@ class ReplicaResidency:
         self.resident_tokens = 0
         self.block_size: int | None = None
         self.coverage_since: float | None = None
+        # The replica's cache was empty when its reports began here (its first batch was
+        # the engine's first, or the last reset was a clear): every block it holds was
+        # reported, so a block never reported is not held. Set by the tracker.
+        self.complete = False
         self.resets: deque[Reset] = deque(maxlen=16)
         self.unattributed_blocks = 0
 
@@ -101,6 +105,9 @@ class ReplicaResidency:
         if self.coverage_since is None:
             self.coverage_since = now
         dropped.tree_blocks = self.tree.store(event)
+        if dropped.tree_blocks:
+            # Forgotten blocks read as never reported: no longer a complete account.
+            self.complete = False
         session_id = event.session_id
         if session_id is None:
             # Nobody to attribute them to (a request that reached vLLM without a session).
@@ -194,6 +201,7 @@ class ReplicaResidency:
         self.owners.clear()
         self.resident_tokens = 0
         self.coverage_since = now
+        self.complete = False
         self.resets.append(Reset(at=now, reason=reason, blocks=forgotten))
         return forgotten
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -58,8 +58,30 @@ class PrefixOnReplica:
     connected: bool
     coverage_since: float | None
     block_size: int | None
-    # Leading tokens in full blocks the replica holds (0: none, or never heard of it).
+    # Leading tokens in full blocks the replica holds, as far as its reports tell.
     resident_tokens: int
+    # Whether that is where the held prefix ends: False when the walk stopped at a block
+    # never reported here while the replica may hold blocks stored before its reports
+    # began (this process started or lost events after it did): ``resident_tokens`` is
+    # then only what is known to be held, and the rest is unknown, not absent.
+    known: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """A turn's evidence of blocks held before this process listened: per block size, the
+    content keys of the blocks vLLM served it from the cache and, last, of the first
+    block it stored itself."""
+
+    session_id: str | None
+    salt: str | None
+    keys: dict[int, list[int]]
+    at: float
+
+
+# Turns' evidence waiting for their blocks' reports, and for how long.
+SERVED_PENDING = 64
+SERVED_WAIT_SECONDS = 60.0
 
 
 @dataclass(slots=True)
@@ -96,6 +118,7 @@ class ResidencyTracker:
             )
             self._feeds[name] = _Feed()
         self._activity: OrderedDict[str, _Activity] = OrderedDict()
+        self._served: deque[_Served] = deque(maxlen=SERVED_PENDING)
 
     @property
     def replica_names(self) -> list[str]:
@@ -119,9 +142,15 @@ class ResidencyTracker:
             last = feed.last_seq
             if last is not None and batch.seq != last + 1:
                 self._reset(target, now, "restart" if batch.seq <= last else "gap")
+            if last is None or batch.seq != last + 1:
+                # Reports begin (again) here: complete only from the engine's first batch
+                # (a new engine's cache is empty; a later batch means some were missed).
+                target.complete = batch.seq == 0
             feed.last_seq = batch.seq
             feed.connected = True
             self._apply_events(target, batch, now)
+            if self._served and any(isinstance(e, BlocksStored) for e in batch.events):
+                self._graft_served(now)
         metrics.KV_EVENT_BATCHES.labels(replica).inc()
         metrics.KV_RESIDENT_TOKENS.labels(replica).set(target.resident_tokens)
         metrics.KV_TRACKED_SESSIONS.labels(replica).set(len(target.sessions))
@@ -176,6 +205,7 @@ class ResidencyTracker:
                         metrics.KV_SESSIONS_EVICTED_IDLE.labels(target.name).inc()
             elif isinstance(event, AllCleared):
                 self._reset(target, now, "cleared")
+                target.complete = True  # nothing is held after a clear
                 metrics.KV_EVENTS.labels(target.name, "cleared").inc()
         if stored:
             metrics.KV_EVENTS.labels(target.name, "stored").inc(stored)
@@ -254,6 +284,61 @@ class ResidencyTracker:
             activity.running = max(0, activity.running - 1)
             activity.last_finished = now
 
+    def served(
+        self,
+        session_id: str | None,
+        salt: str | None,
+        tokens: Sequence[int],
+        cached: int | None,
+        block_size: int | None = None,
+    ) -> None:
+        """A turn's upstream answer: its prompt + output ids, of which vLLM served the
+        first ``cached`` from its cache. Those blocks were held then: where a replica
+        never reported them (stored before this process listened), they are grafted into
+        its tree once the turn's own stored blocks are reported under them (now, or
+        within ``SERVED_WAIT_SECONDS``). ``block_size``: the upstream's, for replicas
+        that have not reported one yet."""
+        if not cached or len(tokens) <= cached:
+            return
+        with self._lock:
+            sizes = {replica.block_size for replica in self._replicas.values()}
+        sizes.add(block_size)
+        # Hashed outside the lock, only as far as a graft reads: the served blocks and the
+        # first one the turn stored (kept only when it filled one).
+        keys = {
+            size: found
+            for size in sizes
+            if size and cached >= size
+            for found in (content_keys(tokens[: (cached // size + 1) * size], size),)
+            if len(found) == cached // size + 1
+        }
+        if not keys:
+            return
+        now = self.now()
+        with self._lock:
+            self._served.append(_Served(session_id, salt, keys, now))
+            self._graft_served(now)
+
+    def _graft_served(self, now: float) -> None:
+        """Tries each waiting turn's evidence on every replica (under the lock)."""
+        waiting: list[_Served] = []
+        for evidence in self._served:
+            if now - evidence.at > SERVED_WAIT_SECONDS:
+                continue
+            if not any(self._graft(replica, evidence) for replica in self._replicas.values()):
+                waiting.append(evidence)
+        self._served.clear()
+        self._served.extend(waiting)
+
+    def _graft(self, replica: ReplicaResidency, evidence: _Served) -> bool:
+        keys = evidence.keys.get(replica.block_size or 0)
+        if keys is None:
+            return False
+        gained = replica.tree.graft(keys[:-1], evidence.salt, evidence.session_id, keys[-1])
+        if gained:
+            metrics.KV_GRAFTED_BLOCKS.labels(replica.name).inc(gained)
+        return gained > 0
+
     # -- the views' side ----------------------------------------------------------------
 
     def prefix(self, tokens: Sequence[int], salt: str | None) -> list[PrefixOnReplica]:
@@ -267,9 +352,16 @@ class ResidencyTracker:
         with self._lock:
             for name, replica in self._replicas.items():
                 size = replica.block_size
-                blocks = 0
+                blocks, known = 0, False
                 if size and size == sizes[name]:
-                    blocks = replica.tree.leading_blocks(keys[size], salt)
+                    blocks, known = replica.tree.leading_blocks(keys[size], salt)
+                    # Every block a continuation can reuse (all but the last token's) is
+                    # held, or the replica's reports cover everything it holds.
+                    known = (
+                        known
+                        or replica.complete
+                        or blocks * size >= (len(tokens) - 1) // size * size
+                    )
                 found.append(
                     PrefixOnReplica(
                         replica=name,
@@ -277,6 +369,7 @@ class ResidencyTracker:
                         coverage_since=replica.coverage_since,
                         block_size=size,
                         resident_tokens=blocks * (size or 0),
+                        known=known,
                     )
                 )
         return found

@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from agentic_api.http.auth import require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
+from agentic_api.http.include import checked_include
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.serving import conversations
 from agentic_api.serving.conversation_items import append_items
@@ -48,7 +49,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 router = APIRouter(tags=["conversations"], responses=_ERRORS)
 Tenant = Annotated[TenantContext, Depends(require_tenant)]
-# Accepted for compatibility and ignored: items are stored whole, nothing is held back.
+# Checked (http/include.py) and honoured by what items are: stored whole, as sent.
 Include = Annotated[list[str] | None, Query(alias="include[]", max_length=MAX_INCLUDE_ENTRIES)]
 
 
@@ -67,9 +68,9 @@ def _documented(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
     responses=_documented(ConversationObject),
 )
 async def create_conversation(request: Request, tenant: Tenant) -> JsonResponse:
-    items, metadata = parse_create(await request.body())
+    new = parse_create(await request.body())
     services = services_of(request)
-    return JsonResponse(await conversations.create(services, tenant.id, items, metadata))
+    return JsonResponse(await conversations.create(services, tenant.id, new))
 
 
 @router.get("/v1/conversations/{conversation_id}", responses=_documented(ConversationObject))
@@ -109,6 +110,7 @@ async def delete_conversation(
 async def add_items(
     conversation_id: str, request: Request, tenant: Tenant, include: Include = None
 ) -> Response:
+    checked_include(request)
     key = idempotency_key(request)
     raw = await request.body()
     items = parse_add_items(raw)
@@ -139,6 +141,7 @@ async def list_items(
         after=after,
         limit=limit,
         descending=order == "desc",
+        include=checked_include(request),
     )
     return JsonResponse(page)
 
@@ -156,8 +159,11 @@ async def retrieve_item(
     conversation_id: str, item_id: str, request: Request, tenant: Tenant, include: Include = None
 ) -> JsonResponse:
     services = services_of(request)
+    included = checked_include(request)
     return JsonResponse(
-        await conversations.retrieve_item(services, tenant.id, conversation_id, item_id)
+        await conversations.retrieve_item(
+            services, tenant.id, conversation_id, item_id, include=included
+        )
     )
 
 

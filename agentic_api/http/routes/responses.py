@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from agentic_api.http.auth import require_tenant, services_of
 from agentic_api.http.idempotency import idempotency_key, replay
+from agentic_api.http.include import checked_include
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.http.sse import (
     TurnEventStream,
@@ -70,7 +71,12 @@ async def retrieve_response(
     include: Annotated[list[str] | None, Query(alias="include[]")] = None,
 ) -> Response:
     found = await responses.retrieve(
-        services_of(request), tenant.id, response_id, stream=stream, starting_after=starting_after
+        services_of(request),
+        tenant.id,
+        response_id,
+        stream=stream,
+        starting_after=starting_after,
+        include=checked_include(request),
     )
     if isinstance(found, FollowedEvents):
         return sse_response(from_followed(found.events))
@@ -102,6 +108,9 @@ async def list_input_items(
     order: Literal["asc", "desc"] = "desc",
     include: Annotated[list[str] | None, Query(alias="include[]")] = None,
 ) -> dict[str, Any]:
+    # Stored input items are shown as sent (an image's URL included); reasoning sealed
+    # when asked.
+    included = checked_include(request)
     return await responses.input_items(
         services_of(request),
         tenant.id,
@@ -109,4 +118,5 @@ async def list_input_items(
         after=after,
         limit=limit,
         descending=order == "desc",
+        include=included,
     )

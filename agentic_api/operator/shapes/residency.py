@@ -68,10 +68,16 @@ class BranchOnReplica(BaseModel):
     replica: str
     connected: bool = Field(description="This process's subscription has a live publisher.")
     block_size: int | None = Field(description="Tokens per block, as the replica reported.")
-    resident_tokens: int = Field(
+    resident_tokens: int | None = Field(
         description="Leading tokens of the response's prompt + output that the replica "
         "reported holding (full blocks, whoever stored them: the parent's, a sibling's, "
-        "another session's shared prefix), and has not reported removing."
+        "another session's shared prefix), and has not reported removing; blocks stored "
+        "before this process listened count once a turn was served them. Null when "
+        "unknown: the prefix runs into blocks this process never heard of while the "
+        "replica may hold blocks stored before its reports began (see known_tokens)."
+    )
+    known_tokens: int = Field(
+        description="The leading tokens known to be held (resident_tokens when known)."
     )
     reusable_tokens: int | None = Field(
         description="The most a continuation can be served of them: every full block of "
@@ -94,9 +100,12 @@ class BranchResidency(BaseModel):
     )
     reason: str | None = Field(description="Why it is not available.")
     tokens: int | None = Field(description="The response's prompt + output tokens.")
-    resident_tokens: int = Field(description="The most any replica holds of them.")
+    resident_tokens: int | None = Field(
+        description="The most any replica holds of them; null when that is unknown (a "
+        "replica's figure is unknown and none is known to hold every reusable block)."
+    )
     replica: str | None = Field(
-        description="The replica holding the most (null when none holds any)."
+        description="The replica known to hold the most (null when none is known to hold any)."
     )
     replicas: list[BranchOnReplica]
 

@@ -54,9 +54,13 @@ class TokenAccountView(BaseModel):
         "history_edited, context_compacted, not_resident, partial_block, cold_start; null "
         "when none."
     )
-    lost: dict[str, int] = Field(description="Parent tokens not served from the cache, by cause.")
+    lost: dict[str, int] = Field(
+        description="Parent tokens this prompt could not reuse of the parent's, by cause; "
+        "what other requests' blocks served instead is extra_cached, not taken off."
+    )
     extra_cached: int = Field(
-        description="Cached beyond expected (a prefix shared with other requests)."
+        description="Cached beyond expected: blocks another request stored (a sibling, a "
+        "shared prefix), served whatever the parent could give."
     )
     divergence: TokenDivergence | None
     changes: list[str] = Field(description="Fingerprint components changed since the parent.")

@@ -13,7 +13,8 @@ write, and the other way round.
   another connection is waited for by ``asyncio.sleep`` and retried, never by
   blocking): on the store's writer thread each statement waited for the GIL held by a
   busy loop, and with 48 streams ending together an insert took 40 ms p50 / 105 ms p95
-  to come back for well under a millisecond of SQLite (docs/benchmarks/streaming at commit 6a12cfe). The
+  to come back for well under a millisecond of SQLite (docs/benchmarks/streaming at
+  commit 6a12cfe). The
   commit that may restart the WAL runs on the writer thread instead: the first after the
   store opened and the first after each fold of the WAL, because restarting the log syncs
   its header (one fsync), which on a slow disk would stall every request in flight if it

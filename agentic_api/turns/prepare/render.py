@@ -13,8 +13,10 @@ from typing import Any
 from agentic_api.cache.residency.tags import SessionTags
 from agentic_api.mcp.specs import is_mcp
 from agentic_api.settings import Settings
+from agentic_api.wire.create_fields import upstream_include
 from agentic_api.wire.items import Item
 from agentic_api.wire.mcp import CLIENT_ONLY_TYPES
+from agentic_api.wire.reasoning_seal import reasoning_content
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.summary import COMPACTION_TRIGGER, summary_message
 from lineage import ResponseLineage, canonical_json
@@ -35,7 +37,6 @@ _SENT_UPSTREAM = (
     "text",
     "reasoning",
     "truncation",
-    "include",
     "prompt_cache_key",
     "user",
     "safety_identifier",
@@ -55,6 +56,10 @@ def upstream_fields(
         value = getattr(request, name)
         if value is not None:
             fields[name] = value
+    include = upstream_include(request.include)
+    if include:
+        # Only the values the upstream acts on; the rest are ours (wire/create_fields.py).
+        fields["include"] = include
     fields.update(request.passthrough())
     if any(is_mcp(tool) for tool in fields.get("tools") or ()):
         # MCP servers are the gateway's to call (turns/kinds/tool_loop.py presents their
@@ -185,13 +190,19 @@ def upstream_bytes(item: Item) -> bytes | None:
 def reasoning_for_model(item: Item) -> bytes:
     """A reasoning item as vLLM accepts it back. vLLM 0.32 refuses (400, "Encrypted
     content is not supported") any item with a non-empty ``encrypted_content`` (Codex
-    sends back what OpenAI encrypted, opaque to any other model server) and requires a
-    ``summary`` list; it reads the readable parts, ``content`` else ``summary``. Those are
-    kept; the encrypted part is sent as null. The stored item (what the client sent, what
+    sends back what OpenAI encrypted, opaque to any other model server, or what this
+    server sealed, whose content is then restored) and requires a ``summary`` list; it
+    reads the readable parts, ``content`` else ``summary``. Those are kept; the
+    encrypted part is sent as null. The stored item (what the client sent, what
     listings show and the prefix digest covers) is untouched."""
     value = item.as_dict()
     fixed = dict(value)
     if fixed.get("encrypted_content"):
+        # Ours (include: reasoning.encrypted_content) holds the content a client such
+        # as Codex leaves out when it sends the item back (wire/reasoning_seal.py).
+        content = reasoning_content(fixed)
+        if content is not None:
+            fixed["content"] = content
         fixed["encrypted_content"] = None
     if not isinstance(fixed.get("summary"), list):
         fixed["summary"] = []

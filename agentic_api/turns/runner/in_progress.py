@@ -29,6 +29,7 @@ from agentic_api.turns.runner.channel import TurnChannel
 from agentic_api.turns.runner.injections import Injections
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.wire.items import Item
+from agentic_api.wire.reasoning_seal import wants_sealed_reasoning
 from agentic_api.wire.response_object import open_sampling
 
 Emit = Callable[[dict[str, Any]], None]
@@ -67,6 +68,7 @@ class TurnInProgress:
             turn.base,
             open_sampling(turn.request),
             services.sampling_defaults.setdefault(turn.request.model, {}),
+            seal_reasoning=wants_sealed_reasoning(turn.request.include),
         )
         self.streaming = streams_upstream(turn.request)
         self.meter = TurnMeter(

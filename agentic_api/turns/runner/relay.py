@@ -20,6 +20,7 @@ from agentic_api.wire.events import (
     snapshot_event,
 )
 from agentic_api.wire.items import id_kind_for
+from agentic_api.wire.reasoning_seal import sealed_reasoning
 from agentic_api.wire.response_object import output_item, output_part, streamed_item, with_sampling
 from lineage import IdKind, mint_id
 
@@ -41,8 +42,12 @@ class StreamRelay:
         base: dict[str, Any],
         open_sampling: tuple[str, ...] = (),
         learned: dict[str, float] | None = None,
+        *,
+        seal_reasoning: bool = False,
     ) -> None:
         self.base = base
+        # include: reasoning.encrypted_content (wire/reasoning_seal.py).
+        self.seal_reasoning = seal_reasoning
         self.open_sampling = open_sampling
         self.learned: dict[str, float] = {} if learned is None else learned
         self.response_id: str = base["id"]
@@ -169,7 +174,7 @@ class StreamRelay:
                     self._index_by_upstream_id[item["id"]] = index
                 shown = {**item, "id": our_id}
                 done = kind == "response.output_item.done"
-                ours["item"] = output_item(shown) if done else streamed_item(shown)
+                ours["item"] = self._finished(shown) if done else streamed_item(shown)
             if "item_id" in ours:
                 ours["item_id"] = our_id
             ours["output_index"] = index + self.offset
@@ -227,5 +232,10 @@ class StreamRelay:
             if not isinstance(item, dict) or not isinstance(item.get("type"), str):
                 continue
             our_id = self._id_for(index, item["type"], item.get("id"))
-            result.append(output_item({**item, "id": our_id}))
+            result.append(self._finished({**item, "id": our_id}))
         return result
+
+    def _finished(self, item: dict[str, Any]) -> dict[str, Any]:
+        """A finished output item, as it is shown and stored."""
+        shown = output_item(item)
+        return sealed_reasoning(shown) if self.seal_reasoning else shown

@@ -13,6 +13,7 @@ asks (``cache_diagnostics``, at the end of this module).
 from __future__ import annotations
 
 import asyncio
+from array import array
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -171,6 +172,16 @@ async def _settle(
         # Its continuations replay the summary, not this prompt and output: nothing of
         # its tokens is theirs to reuse.
         return TokenRecord(None, None, made)
+    if services.residency is not None:
+        # What vLLM served this round is evidence of blocks held, whether or not this
+        # process heard them stored (it may have started since).
+        services.residency.served(
+            turn.lineage.session_id,
+            turn.caller.cache_salt,
+            last.prompt + last.output,
+            last.cached_tokens,
+            plan.block_size,
+        )
     output_types = tuple(item.type for item in model_output)
     kept = TokenArtifact(
         turn.response_id,
@@ -331,8 +342,11 @@ __all__ = [
 # Asked for with ``prompt_cache_options.comparison_response_id`` (any live response of the
 # caller's tenant; another tenant's id is not found), or, when the operator enabled
 # ``AGENTIC_PROMPT_CACHE_DIAGNOSTICS_DEFAULT``, against the parent of a continuation. Against
-# the parent the turn's own account is the answer; against another response the same
-# account is made from that response's stored ids (one row read after the model ran).
+# the parent the turn's own account is the answer; against another response an account is
+# made from that response's stored prompt ids (one row read after the model ran): its
+# prompt is the prefix this turn can share with it. Its output is not: this turn does not
+# continue it, so a prompt that repeats the compared one exactly is a hit when vLLM
+# served that prefix, not a miss for leaving out an answer it never meant to extend.
 
 
 def comparison_id(services: Runtime, turn: PreparedTurn) -> str | None:
@@ -387,13 +401,9 @@ async def _against(
         return dict(UNAVAILABLE)
     changes = turn.fingerprint.diff(ExecutionFingerprint.from_dict(row.fingerprint))
     made = account(
-        Continuation(
-            parent_id=row.id,
-            changes=tuple(change.component for change in changes),
-            parent_output_types=artifact.output_types,
-        ),
+        Continuation(parent_id=row.id, changes=tuple(change.component for change in changes)),
         artifact.prompt,
-        artifact.output,
+        array("I"),
         first.prompt,
         first.cached_tokens,
         plan.block_size,

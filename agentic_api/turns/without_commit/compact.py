@@ -40,6 +40,8 @@ async def compact(
         "created_at": int(time.time()),
         "output": [*kept, compaction_item(mint_id(IdKind.COMPACTION), summary)],
         "usage": normalize_usage(answer.get("usage")),
+        # Echoed as OpenAI's CompactedResponse does (null when none was given).
+        "safety_identifier": request.safety_identifier,
     }
 
 

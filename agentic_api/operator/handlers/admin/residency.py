@@ -104,7 +104,8 @@ def branch_residency(
             replica=found.replica,
             connected=found.connected,
             block_size=found.block_size,
-            resident_tokens=found.resident_tokens,
+            resident_tokens=found.resident_tokens if found.known else None,
+            known_tokens=found.resident_tokens,
             reusable_tokens=(
                 block_floor(len(tokens) - 1, found.block_size) if found.block_size else None
             ),
@@ -112,14 +113,18 @@ def branch_residency(
         )
         for found in tracker.prefix(tokens, salt)
     ]
-    best = max(replicas, key=lambda r: r.resident_tokens, default=None)
-    holds = best is not None and best.resident_tokens > 0
+    best = max(replicas, key=lambda r: r.known_tokens, default=None)
+    holds = best is not None and best.known_tokens > 0
+    # The most held is known when every figure is, or when one holds all it can.
+    known = all(r.resident_tokens is not None for r in replicas) or any(
+        r.reusable_tokens is not None and r.known_tokens >= r.reusable_tokens for r in replicas
+    )
     return BranchResidency(
         response_id=response_id,
         available=True,
         reason=None,
         tokens=len(tokens),
-        resident_tokens=best.resident_tokens if best is not None else 0,
+        resident_tokens=(best.known_tokens if best is not None else 0) if known else None,
         replica=best.replica if holds and best is not None else None,
         replicas=replicas,
     )

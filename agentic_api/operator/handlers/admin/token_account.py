@@ -85,7 +85,8 @@ def _divergence_sentence(stored: Mapping[str, Any]) -> str:
     gone = lost.get(cause or "", 0) if cause else 0
     where = f"at token {_n(offset)}, in the parent's {divergence.get('region', 'history')}"
     if cause is None:
-        # Nothing lost: blocks stored by another request reached past the divergence.
+        # Only an account stored before version 2 (which took what other requests' blocks
+        # served off the losses): nothing of the parent's counted lost.
         return (
             f"The prompt parts from the parent's {where}, yet nothing of the parent's was "
             f"lost: {_n(stored.get('measured_cached'))} tokens were served from the cache "

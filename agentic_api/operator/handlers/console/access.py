@@ -7,6 +7,14 @@ from datetime import UTC, datetime
 
 from agentic_api.operator.queries.console import ConsoleRepository
 from agentic_api.runtime import Runtime
+from agentic_api.storage.tenants import admin_display_prefix
+
+
+def login_key_prefix(typed: str) -> str:
+    """The key prefix a login attempt is counted under (console login limits): the part of
+    an admin key its lists display, so that guesses at one key are limited together from
+    whatever addresses they come."""
+    return admin_display_prefix(typed)
 
 
 async def console_open(services: Runtime) -> bool:

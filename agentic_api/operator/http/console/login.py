@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from agentic_api.http.auth import services_of
-from agentic_api.operator.handlers.console.access import admin_key_for, console_open, end_login
+from agentic_api.operator.handlers.console.access import (
+    admin_key_for,
+    console_open,
+    end_login,
+    login_key_prefix,
+)
 from agentic_api.operator.http.console.gate import (
     form_fields,
     is_tls,
@@ -15,6 +22,7 @@ from agentic_api.operator.http.console.gate import (
     signer,
     viewer,
 )
+from agentic_api.operator.http.console.login_limit import LoginLimiter
 from agentic_api.operator.http.console.login_session import (
     LOGIN_COOKIE,
     LOGIN_SECONDS,
@@ -88,9 +96,25 @@ async def login(request: Request) -> Response:
         )
     ):
         return await _form(request, status=403, error="The form expired; please try again.")
-    key_id = await admin_key_for(services, fields.get("admin_key", "").strip())
+    typed = fields.get("admin_key", "").strip()
+    limiter: LoginLimiter = request.app.state.login_limiter
+    address = request.client.host if request.client is not None else ""
+    prefix = login_key_prefix(typed)
+    wait = limiter.retry_after(address, prefix, time.monotonic())
+    if wait is not None:
+        # Before the key is looked at: while limited, the right key is refused too.
+        limited = await _form(
+            request,
+            status=429,
+            error=f"Too many failed logins; try again in {wait} s.",
+        )
+        limited.headers["Retry-After"] = str(wait)
+        return limited
+    key_id = await admin_key_for(services, typed)
     if key_id is None:
+        limiter.failed(address, prefix, time.monotonic())
         return await _form(request, status=401, error="That is not an active admin key.")
+    limiter.succeeded(address)
     response = redirect("/console")
     lifetime = services.settings.console_session_seconds
     _set_cookie(
