@@ -5,8 +5,8 @@ usage sums them all. This table keeps each agent's rounds (input, cached and out
 tokens) and, for a subagent's first round, the cached tokens it should have found (every
 full block of the prefix it shares with its parent), written in the response's commit.
 
-Revision ID: 0010_agent_rounds
-Revises: 0009_lost_tokens
+Revision ID: 0011_agent_rounds
+Revises: 0010_retention
 Create Date: 2026-12-04
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0010_agent_rounds"
-down_revision: str | None = "0009_lost_tokens"
+revision: str = "0011_agent_rounds"
+down_revision: str | None = "0010_retention"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
