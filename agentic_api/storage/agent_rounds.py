@@ -53,6 +53,15 @@ class AgentRoundRepository:
             ],
         )
 
+    async def any_for(self, tenant_id: str, response_id: str) -> bool:
+        """Whether ``response_id`` is a multi-agent response (its agents' rounds are kept)."""
+        query = (
+            select(AgentRoundRow.round)
+            .where(AgentRoundRow.response_id == response_id, AgentRoundRow.tenant_id == tenant_id)
+            .limit(1)
+        )
+        return (await self.session.execute(query)).first() is not None
+
     async def for_response(self, tenant_id: str, response_id: str) -> list[AgentRound]:
         query = (
             select(AgentRoundRow)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai import OpenAI
+from openai import BadRequestError, OpenAI
 
 from tests.conftest import RunningServer, app_server
 from tests.support.admin_api import AdminApi
@@ -305,3 +305,18 @@ def test_the_response_ends_when_the_whole_tree_has(tree_client: OpenAI, sim: Sim
     root_answer = shown.index(("message", ROOT))
     assert shown.index(("message", ALPHA)) > root_answer
     assert ("agent_message", ALPHA) in shown[root_answer:]
+
+
+def test_a_multi_agent_response_is_not_compacted_on_request(
+    tree_client: OpenAI, sim: SimServer
+) -> None:
+    """Explicit /responses/compact of a stored multi-agent response (even without the
+    beta header) is refused, as the beta refuses it; nothing is sent upstream."""
+    script_two_helpers(sim)
+    response = create_tree(tree_client)
+    sent = len(sim.requests("/v1/responses"))
+    with pytest.raises(BadRequestError) as refused:
+        tree_client.responses.compact(model=MODEL, previous_response_id=response.id)
+    body: Any = refused.value.body
+    assert body["param"] == "previous_response_id" and "multi-agent" in body["message"]
+    assert len(sim.requests("/v1/responses")) == sent
