@@ -24,7 +24,8 @@ from openai import BadRequestError, OpenAI
 
 from tests.conftest import RunningServer, app_server
 from tests.support.admin_api import AdminApi
-from tests.support.tenants import TenantKeys, create_tenant
+from tests.support.console import cells, log_in, number
+from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 from tests.upstream_sim import Call, Hang, Reply, SimServer, ToolCalls
 from tests.upstream_sim.state import RecordedRequest, agent_of
 
@@ -194,6 +195,16 @@ def check_agent_accounts(server: RunningServer, response_id: str, sim: SimServer
     assert reuse["expected_cached"] == reuse["shared_prefix_tokens"] // block * block > 0
     assert reuse["measured_cached"] == first.cached_tokens == reuse["expected_cached"]
     assert reuse["hit"] is True
+    # The console's response page shows the same tree.
+    with log_in(server.url, create_admin_key(server.db_url)) as http:
+        page = http.get(f"/console/responses/{response_id}")
+    assert page.status_code == 200, page.text
+    shown = cells(page.text)
+    assert {ROOT, ALPHA, BETA} <= set(shown)
+    child = shown[agent_of(first.json) or ""]
+    assert child["expected"] == child["measured"] == number(reuse["expected_cached"])
+    assert child["hit"] == "yes" and shown[ROOT]["hit"] == "—"
+    assert shown[ROOT]["rounds"] == "3"
 
 
 def test_a_tree_streams(tree_client: OpenAI, sim: SimServer) -> None:

@@ -81,11 +81,18 @@ async def agent_accounts(services: Runtime, response_id: str) -> AdminAgentAccou
             raise _response_not_found(response_id)
         turn = chain[-1]
         rounds = await AgentRoundRepository(session).for_response(turn.tenant_id, turn.id)
+    return AdminAgentAccounts(
+        response_id=turn.id, tenant_id=turn.tenant_id, agents=accounts_of(rounds)
+    )
+
+
+def accounts_of(rounds: list[AgentRound]) -> list[AgentAccount]:
+    """The agents' accounts from their rounds (root first: names sort parents first)."""
     by_agent: dict[str, list[AgentRound]] = {}
     for one in rounds:
         by_agent.setdefault(one.agent_name, []).append(one)
     agents: list[AgentAccount] = []
-    for name, own in by_agent.items():
+    for name, own in sorted(by_agent.items()):
         first = own[0]
         reuse = None
         if first.expected_cached is not None and first.shared_prefix_tokens is not None:
@@ -114,4 +121,4 @@ async def agent_accounts(services: Runtime, response_id: str) -> AdminAgentAccou
                 ],
             )
         )
-    return AdminAgentAccounts(response_id=turn.id, tenant_id=turn.tenant_id, agents=agents)
+    return agents
