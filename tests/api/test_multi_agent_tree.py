@@ -331,3 +331,37 @@ def test_a_multi_agent_response_is_not_compacted_on_request(
     body: Any = refused.value.body
     assert body["param"] == "previous_response_id" and "multi-agent" in body["message"]
     assert len(sim.requests("/v1/responses")) == sent
+
+
+def test_over_http_a_client_call_is_answered_by_continuing(
+    tree_client: OpenAI, sim: SimServer
+) -> None:
+    """The root calls the client's function: over HTTP the response completes with the
+    call (attributed), and the client answers it by continuing with previous_response_id;
+    the root sees its call and the output, as for any function call."""
+    lookup: Any = {
+        "type": "function",
+        "name": "lookup",
+        "parameters": {"type": "object", "properties": {"key": {"type": "string"}}},
+    }
+    sim.push_for(ROOT, ToolCalls([Call("lookup", {"key": "A"}, call_id="call_a")]))
+    first = create_tree(tree_client, tools=[lookup])
+    assert first.status == "completed"
+    call = first.output[-1]
+    assert call.type == "function_call" and call.agent is not None
+    assert call.agent.agent_name == ROOT and call.call_id == "call_a"
+    sim.push_for(ROOT, Reply("A is 42."))
+    second = tree_client.beta.responses.create(
+        model=MODEL,
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": "call_a", "output": "42"}],
+        tools=[lookup],
+        multi_agent=MULTI,
+        betas=BETAS,
+    )
+    assert second.status == "completed"
+    sent = by_agent(sim)[ROOT][-1].json["input"]
+    assert [(item["type"], item.get("call_id")) for item in sent[-2:]] == [
+        ("function_call", "call_a"),
+        ("function_call_output", "call_a"),
+    ]
