@@ -24,7 +24,7 @@ from agentic_api.turns.kinds.threshold_compaction import passes_threshold, run_t
 from agentic_api.turns.kinds.tool_loop import run_tool_turn
 from agentic_api.turns.prepare.summary_request import compact_threshold
 from agentic_api.turns.runner.channel import TurnChannel
-from agentic_api.turns.runner.finish import TurnFailed, commit_turn, end_turn
+from agentic_api.turns.runner.finish import TurnFailed, as_stored, commit_turn, end_turn
 from agentic_api.turns.runner.in_progress import TurnInProgress
 from agentic_api.turns.runner.injections import Injections
 from agentic_api.turns.runner.relay import StreamRelay
@@ -148,9 +148,8 @@ async def run_without_model(services: Runtime, turn: PreparedTurn) -> list[dict[
     )
     completed = relay.stamp(terminal_event(final))
     if turn.request.store:
-        await commit_turn(
-            services.db, turn, final, [], [created, completed], histories=services.histories
-        )
+        stored = [as_stored(created), as_stored(completed)]
+        await commit_turn(services.db, turn, final, [], stored, histories=services.histories)
     return [created, completed]
 
 
