@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai import BadRequestError, OpenAI
+from openai import BadRequestError, InternalServerError, OpenAI
 
-from tests.conftest import RunningServer, app_server
+from tests.conftest import RunningServer, app_server, running_server
 from tests.support.admin_api import AdminApi
 from tests.support.console import cells, log_in, number
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
@@ -365,3 +365,59 @@ def test_over_http_a_client_call_is_answered_by_continuing(
         ("function_call", "call_a"),
         ("function_call_output", "call_a"),
     ]
+
+
+@pytest.fixture
+def tight_client(fresh_db: str, sim: SimServer, tmp_path: Path) -> Iterator[OpenAI]:
+    """A server whose trees may take 2 rounds per agent and task, and 2 seconds."""
+    with running_server(
+        fresh_db,
+        sim,
+        tmp_path / "data",
+        router_agentic_context=True,
+        multi_agent_max_rounds=2,
+        multi_agent_max_seconds=2.0,
+    ) as server:
+        yield server.client(create_tenant(fresh_db), timeout=30)
+
+
+def test_an_agent_past_its_rounds_ends_errored(tight_client: OpenAI, sim: SimServer) -> None:
+    sim.push_for(
+        ROOT,
+        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Loop."})]),
+        ToolCalls([Call("wait_agent", {})]),
+        Reply("alpha gave up"),
+    )
+    sim.push_for(
+        ALPHA,
+        ToolCalls([Call("list_agents", {})]),
+        ToolCalls([Call("list_agents", {})]),
+        Reply("never reached"),
+    )
+    response = create_tree(tight_client)
+    assert response.status == "completed"
+    waited = next(
+        item
+        for item in response.output
+        if item.type == "multi_agent_call_output" and item.action == "wait_agent"
+    )
+    alpha = json.loads(waited.output[0].text)["agents"][0]
+    assert alpha["status"] == "errored"
+    assert "AGENTIC_MULTI_AGENT_MAX_ROUNDS" in alpha["error"]
+    assert len(by_agent(sim)[ALPHA]) == 2
+
+
+def test_a_tree_past_its_wall_time_fails(tight_client: OpenAI, sim: SimServer) -> None:
+    sim.push_for(
+        ROOT,
+        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Take forever."})]),
+        ToolCalls([Call("wait_agent", {})]),
+    )
+    sim.push_for(ALPHA, Hang())
+    with pytest.raises(InternalServerError) as failed:
+        create_tree(tight_client)
+    body: Any = failed.value.body
+    assert body["code"] == "multi_agent_time_limit"
+    assert "AGENTIC_MULTI_AGENT_MAX_SECONDS" in body["message"]
+    # The subagent's upstream request was abandoned with the tree.
+    assert sim.wait_aborted(1, timeout=10)

@@ -60,12 +60,15 @@ class AgentLoop:
     async def rounds(self, agent: Agent) -> Outcome:
         relay = agent.relay
         assert relay is not None
+        # The limit is per task: a follow-up task starts counting again.
+        task_rounds = 0
         while True:
             for text in agent.inbox:
                 agent.items.append(user_message(text))
             agent.inbox.clear()
-            if agent.rounds >= self.max_rounds:
+            if task_rounds >= self.max_rounds:
                 return "max_rounds"
+            task_rounds += 1
             agent.rounds += 1
             agent.sent = list(agent.items)
             body = render_body(self.fields_for(agent), agent.sent)
