@@ -157,6 +157,30 @@ def check_multi_agent(
             param="reasoning.summary",
             code="unsupported_parameter",
         )
+    # Not implemented here with a tree (yet): refused, before anything is queued or run.
+    if data.get("context_management") is not None:
+        raise InvalidRequest(
+            "'context_management' is not supported with multi_agent on this server yet.",
+            param="context_management",
+            code="unsupported_parameter",
+        )
+    tools = data.get("tools") or ()
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping):
+            continue
+        if tool.get("type") == "mcp":
+            raise InvalidRequest(
+                "MCP tools are not supported with multi_agent on this server yet.",
+                param=f"tools[{index}]",
+                code="unsupported_parameter",
+            )
+        if tool.get("type") == "function" and tool.get("name") in ACTIONS:
+            raise InvalidRequest(
+                f"The function tool '{tool['name']}' has the name of a multi-agent action; "
+                "rename it.",
+                param=f"tools[{index}].name",
+                code="invalid_value",
+            )
 
 
 def check_concurrency(config: MultiAgentConfig | None, max_concurrent: int) -> None:

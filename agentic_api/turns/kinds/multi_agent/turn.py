@@ -23,8 +23,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentic_api.errors import ApiError, InvalidRequest
-from agentic_api.mcp.specs import is_mcp
+from agentic_api.errors import ApiError
 from agentic_api.storage.agent_rounds import AgentRound, AgentRoundRepository
 from agentic_api.storage.models import Response
 from agentic_api.turns.data.commit_steps import CommitHooks
@@ -44,35 +43,7 @@ from agentic_api.wire.mcp import item_added, item_done
 from agentic_api.wire.multi_agent import DEFAULT_MAX_CONCURRENT_SUBAGENTS, ROOT_AGENT
 
 
-def check_multi_agent_turn(run: TurnInProgress) -> None:
-    """What a multi-agent response cannot combine with yet, refused before it runs."""
-    request = run.turn.request
-    if any(is_mcp(tool) for tool in request.tools or ()):
-        raise InvalidRequest(
-            "MCP tools are not supported with multi_agent on this server yet.",
-            param="tools",
-            code="unsupported_parameter",
-        )
-    if (request.model_extra or {}).get("context_management"):
-        raise InvalidRequest(
-            "'context_management' is not supported with multi_agent on this server yet.",
-            param="context_management",
-            code="unsupported_parameter",
-        )
-    names = {
-        str(tool.get("name")) for tool in request.tools or () if tool.get("type") == "function"
-    }
-    clash = sorted(names & {tool["name"] for tool in TOOLS})
-    if clash:
-        raise InvalidRequest(
-            f"The function tool '{clash[0]}' has the name of a multi-agent action; rename it.",
-            param="tools",
-            code="invalid_value",
-        )
-
-
 async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
-    check_multi_agent_turn(run)
     turn, settings = run.turn, run.services.settings
     config = turn.request.multi_agent
     max_concurrent = config.max_concurrent_subagents if config else DEFAULT_MAX_CONCURRENT_SUBAGENTS
