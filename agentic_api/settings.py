@@ -249,6 +249,37 @@ class Settings(BaseSettings):
         description="Most model rounds (upstream requests) one response may take while the "
         "gateway runs MCP tools between them; a turn that would need more ends incomplete.",
     )
+    multi_agent_max_concurrent: int = Field(
+        16,
+        ge=1,
+        description="Highest multi_agent.max_concurrent_subagents a request may ask (the "
+        "hosted multi-agent beta, docs/multi_agent.md); more is refused with a 400.",
+    )
+    multi_agent_max_depth: int = Field(
+        3,
+        ge=1,
+        description="Deepest subagent a multi-agent tree may spawn (the root's children are "
+        "depth 1); a spawn_agent past it is answered with an error the model reads.",
+    )
+    multi_agent_max_agents: int = Field(
+        16,
+        ge=1,
+        description="Most subagents one multi-agent response may create in all; a "
+        "spawn_agent past it is answered with an error the model reads.",
+    )
+    multi_agent_max_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="Wall time one multi-agent response may take, tree included; past it "
+        "the response fails with code multi_agent_time_limit and its subagents stop.",
+    )
+    multi_agent_max_rounds: int = Field(
+        16,
+        ge=1,
+        description="Most model rounds one agent of a multi-agent tree may take per task; "
+        "past it the agent stops (a subagent reports it to its parent, the root's "
+        "response ends incomplete).",
+    )
     messages_record_turns: bool = Field(
         False,
         description="Record each Anthropic Messages API turn (usage and session, never the "

@@ -35,6 +35,7 @@ from agentic_api.wire.limits import (
     MAX_TOOLS,
 )
 from agentic_api.wire.metadata import check_metadata
+from agentic_api.wire.multi_agent import NOT_BETA, BetaContext, MultiAgentConfig, check_multi_agent
 from agentic_api.wire.storable import check_depth, check_no_nul, too_deep
 
 # Fields that shape our own behaviour and never travel upstream as given.
@@ -54,6 +55,8 @@ SERVER_FIELDS = frozenset(
         "generate",
         "stream_id",
         "type",
+        # The hosted multi-agent beta runs here (turns/kinds/multi_agent/), never upstream.
+        "multi_agent",
     }
 )
 
@@ -125,6 +128,8 @@ class CreateResponseRequest(BaseModel):
         None, max_length=MAX_SAFETY_IDENTIFIER_LENGTH, strict=True
     )
     service_tier: str | None = Field(None, strict=True)
+    # The hosted multi-agent beta (wire/multi_agent.py): only on the beta path.
+    multi_agent: MultiAgentConfig | None = None
 
     @field_validator("model", "previous_response_id")
     @classmethod
@@ -184,7 +189,7 @@ class CreateResponseRequest(BaseModel):
     @property
     def reasoning_context(self) -> str:
         """The effective ``reasoning.context``: which earlier reasoning items are sent back
-        to the model (``turns/prepare/reasoning_context.py``). ``auto`` and absent are
+        to the model (``wire/reasoning_context.py``). ``auto`` and absent are
         ``all_turns``, what this server always sent: every stored item, replayed."""
         asked = (self.reasoning or {}).get("context")
         return DEFAULT_REASONING_CONTEXT if asked in (None, "auto") else str(asked)
@@ -196,6 +201,11 @@ class CreateResponseRequest(BaseModel):
             return None
         rest = {key: value for key, value in self.reasoning.items() if key != "context"}
         return rest or None
+
+    @property
+    def runs_agents(self) -> bool:
+        """Whether the server runs this response as a multi-agent tree."""
+        return self.multi_agent is not None and self.multi_agent.enabled
 
     @property
     def conversation_id(self) -> str | None:
@@ -249,13 +259,18 @@ def validation_failure(exc: ValidationError) -> ApiError:
     return InvalidRequest(f"Invalid value for '{param}': {message}", param=param, code=code)
 
 
-def parse_create_request(raw: bytes) -> tuple[CreateResponseRequest, dict[str, Any]]:
+def parse_create_request(
+    raw: bytes, beta: BetaContext = NOT_BETA
+) -> tuple[CreateResponseRequest, dict[str, Any]]:
+    """``beta``: how the request arrived (the beta path and header), which decides
+    whether ``multi_agent`` may be given."""
     data = parse_json_object(raw)
     try:
         request = CreateResponseRequest.model_validate(data)
     except ValidationError as exc:
         raise validation_failure(exc) from exc
     refuse_unsupported(data)
+    check_multi_agent(request.multi_agent, data, beta)
     check_include(request.include, param="include")
     check_text_format(request.text)
     if request.stream_options is not None and not request.stream:

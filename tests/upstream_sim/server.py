@@ -137,7 +137,7 @@ def create_app(runtime: Runtime) -> ASGIApp:
         rec = _record_of(request)
         try:
             body = parse_json_object(await request.body(), request.headers.get("content-type"))
-            return prepare(body, rec, runtime, state.next_behavior)
+            return prepare(body, rec, runtime, lambda: state.next_behavior(body))
         except SimHTTPError as exc:
             state.finish(rec, "rejected", status=exc.status)
             return _error(exc)
@@ -516,6 +516,10 @@ class SimServer:
 
     def push(self, *behaviors: Behavior) -> None:
         self.state.push(*behaviors)
+
+    def push_for(self, agent: str, *behaviors: Behavior) -> None:
+        """Behaviors for one agent of a multi-agent tree (``SimState.push_for``)."""
+        self.state.push_for(agent, *behaviors)
 
     def requests(self, path: str | None = None) -> list[RecordedRequest]:
         return self.state.requests(path)

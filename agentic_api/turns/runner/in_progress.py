@@ -26,6 +26,7 @@ from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.data.token_plan import TokenPlan
 from agentic_api.turns.prepare.render import streams_upstream
 from agentic_api.turns.runner.channel import TurnChannel
+from agentic_api.turns.runner.injections import Injections
 from agentic_api.turns.runner.relay import TEXT_DELTA, StreamRelay
 from agentic_api.wire.items import Item
 from agentic_api.wire.reasoning_seal import wants_sealed_reasoning
@@ -46,8 +47,12 @@ class TurnInProgress:
         *,
         hooks: CommitHooks = NO_HOOKS,
         tokens: TokenPlan | None = None,
+        injections: Injections | None = None,
     ) -> None:
         self.services = services
+        # Where the client's tool outputs arrive while the turn runs (the beta
+        # WebSocket's response.inject); None where the client cannot inject.
+        self.injections = injections
         self.turn = turn
         self.channel = channel
         # Set by whoever runs the turn: work that commits with it, and where its events
