@@ -153,7 +153,8 @@ class Settings(BaseSettings):
         ge=1,
         description="The upstream's KV-cache block size in tokens, for expected cached "
         "tokens. Unset: read from the upstream's /metrics (vLLM's cache_config_info), "
-        "else vLLM's default, 16.",
+        "else from the block size its KV events carry; never assumed (vLLM's default "
+        "changed from 16 to 64 in 0.34): while none is known, token accounts are unknown.",
     )
     server_secret: SecretStr | None = Field(
         None,
@@ -254,6 +255,37 @@ class Settings(BaseSettings):
         ge=1,
         description="Most model rounds (upstream requests) one response may take while the "
         "gateway runs MCP tools between them; a turn that would need more ends incomplete.",
+    )
+    multi_agent_max_concurrent: int = Field(
+        16,
+        ge=1,
+        description="Highest multi_agent.max_concurrent_subagents a request may ask (the "
+        "hosted multi-agent beta, docs/multi_agent.md); more is refused with a 400.",
+    )
+    multi_agent_max_depth: int = Field(
+        3,
+        ge=1,
+        description="Deepest subagent a multi-agent tree may spawn (the root's children are "
+        "depth 1); a spawn_agent past it is answered with an error the model reads.",
+    )
+    multi_agent_max_agents: int = Field(
+        16,
+        ge=1,
+        description="Most subagents one multi-agent response may create in all; a "
+        "spawn_agent past it is answered with an error the model reads.",
+    )
+    multi_agent_max_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="Wall time one multi-agent response may take, tree included; past it "
+        "the response fails with code multi_agent_time_limit and its subagents stop.",
+    )
+    multi_agent_max_rounds: int = Field(
+        16,
+        ge=1,
+        description="Most model rounds one agent of a multi-agent tree may take per task; "
+        "past it the agent stops (a subagent reports it to its parent, the root's "
+        "response ends incomplete).",
     )
     messages_record_turns: bool = Field(
         False,

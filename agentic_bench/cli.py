@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,6 +20,9 @@ from agentic_bench.agents_report import write_report, write_run
 from agentic_bench.client import REPLICA_HEADERS, BenchError, Target
 from agentic_bench.continuations import ContinuationConfig, run_continuations, summarize
 from agentic_bench.continuations import write_outputs as write_continuations
+from agentic_bench.multi_agent import MultiAgentConfig, run_multi_agent
+from agentic_bench.multi_agent import summarize as summarize_multi_agent
+from agentic_bench.multi_agent import table as multi_agent_table
 from agentic_bench.overhead import OverheadConfig, run_overhead
 from agentic_bench.overhead import write_outputs as write_overhead
 from agentic_bench.redraw import redraw
@@ -404,8 +408,43 @@ def agents(
     label: Annotated[str, typer.Option(help="Name of this run in reports.")] = "",
     out: OutOption = Path("bench-results"),
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "agents",
+    multi_agent: Annotated[
+        bool,
+        typer.Option(
+            "--multi-agent",
+            help="The multi-agent workload (our server's hosted multi-agent beta): --agents "
+            "leads, --turns turns each, every turn spawning a subagent over the lead's "
+            "history, --tool-seconds between turns; reads every agent's account (needs "
+            "--admin-key).",
+        ),
+    ] = False,
+    max_concurrent_subagents: Annotated[
+        int, typer.Option(min=1, help="--multi-agent: multi_agent.max_concurrent_subagents.")
+    ] = 2,
 ) -> None:
     """N concurrent agents, K tool-calling turns each: warm returns, hit ratio, TTFT."""
+    if multi_agent:
+        _multi_agent_run(
+            url,
+            api_key[0] if api_key else None,
+            model,
+            MultiAgentConfig(
+                model=model or "",
+                admin_key=admin_key or "",
+                leads=agents,
+                turns=turns,
+                tool_seconds=tool_seconds,
+                system_words=system_words,
+                task_words=task_words,
+                max_output_tokens=max_output_tokens,
+                temperature=temperature,
+                max_concurrent_subagents=max_concurrent_subagents,
+                nonce=nonce,
+            ),
+            out,
+            name,
+        )
+        return
     if chain not in ("previous_response_id", "conversation", "history"):
         raise typer.BadParameter(f"unknown --chain {chain!r}")
     if tool_choice not in ("named", "required", "auto"):
@@ -472,6 +511,45 @@ def agents(
     for path in write_run(out, name, rows, result):
         typer.echo(f"wrote {path}")
     typer.echo(json.dumps(result["summary"], indent=2, default=str))
+
+
+def _multi_agent_run(
+    url: str,
+    api_key: str | None,
+    model: str | None,
+    config: MultiAgentConfig,
+    out: Path,
+    name: str,
+) -> None:
+    if not config.admin_key:
+        raise typer.BadParameter("--multi-agent reads the agents' accounts: give --admin-key")
+    target = Target("target", url, stateful=True, api_key=api_key)
+
+    async def work() -> tuple[list[dict[str, Any]], MultiAgentConfig]:
+        try:
+            chosen = config
+            if not model:
+                chosen = replace(config, model=await target.first_model())
+            return await run_multi_agent(target, chosen), chosen
+        finally:
+            await target.aclose()
+
+    rows, used = _run(work())
+    summary = summarize_multi_agent(rows)
+    result = {
+        "command": "agents --multi-agent",
+        "url": url,
+        "model": used.model,
+        "config": {k: v for k, v in vars(used).items() if k not in ("admin_key", "model")},
+        "machine": _machine(),
+        "summary": summary,
+        "rows": rows,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / f"{name}.md").write_text(multi_agent_table(rows, summary), encoding="utf-8")
+    typer.echo(f"wrote {out / f'{name}.json'}\nwrote {out / f'{name}.md'}")
+    typer.echo(multi_agent_table(rows, summary))
 
 
 @bench_app.command("agents-report")

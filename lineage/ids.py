@@ -46,6 +46,11 @@ class IdKind(StrEnum):
     JOB = "job"
     # A recorded turn of the Anthropic Messages API (AGENTIC_MESSAGES_RECORD_TURNS).
     MESSAGE_TURN = "mturn"
+    # The hosted multi-agent beta's items (what one agent asked of the tree, its result,
+    # a message between two agents).
+    MULTI_AGENT_CALL = "mac"
+    MULTI_AGENT_OUTPUT = "maco"
+    AGENT_MESSAGE = "amsg"
 
 
 _TIME_HEX = 12

@@ -20,6 +20,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
+import orjson
+
 from agentic_api.log import get_logger
 from agentic_api.storage.database import Database
 from agentic_api.storage.fault_log import log_step_failure
@@ -68,23 +70,24 @@ class JobEvents(TurnChannel):
     def failed_to_open(self, error: BaseException) -> None:
         pass
 
-    def publish(self, event: dict[str, Any], data: bytes) -> None:
+    def publish(self, kind: str, sequence: int, data: bytes) -> None:
         if self._sealed:
             return
-        self._pending.append((event, data))
+        self._pending.append((kind, sequence, data))
         if len(self._pending) >= BATCH_EVENTS:
             self._wake.set()
 
     def close(self) -> None:
         pass
 
-    async def unsaved(self, events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def unsaved(self, events: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        """Of the turn's events ``(sequence_number, json)``, those not stored yet."""
         await self.stop()
-        return [e for e in events if e["sequence_number"] > self.saved_through]
+        return [e for e in events if e[0] > self.saved_through]
 
     def leftover(self) -> list[dict[str, Any]]:
         """Events published but not stored (the worker stores them when it ends the job)."""
-        return [event for event, _data in self._pending]
+        return [orjson.loads(data) for _kind, _sequence, data in self._pending]
 
     async def stop(self) -> None:
         self._sealed = True
@@ -136,11 +139,11 @@ class JobEvents(TurnChannel):
                 return False
             await ResponseRepository(session).add_events(
                 self.job.response_id,
-                [(event["sequence_number"], data.decode()) for event, data in batch],
+                [(sequence, data.decode()) for _kind, sequence, data in batch],
             )
         del self._pending[: len(batch)]
         if batch:
-            self.saved_through = batch[-1][0]["sequence_number"]
+            self.saved_through = batch[-1][1]
         return True
 
     async def _holds(self) -> bool:

@@ -64,7 +64,7 @@ class TurnEventStream(Response):
             # Leaving early (the client went away) applies the stream's disconnect rule.
             with stream:
                 while more and (events := await next_events()):
-                    body = b"".join([frame_sse(e["type"], d) for e, d in events])
+                    body = b"".join([frame_sse(kind, d) for kind, _, d in events])
                     more = not channel.closed
                     await send({"type": "http.response.body", "body": body, "more_body": more})
             if more:
@@ -79,7 +79,7 @@ def _framing_for(direct_body: DirectBody) -> Callable[[list[Published]], bool]:
     write = direct_body.write
 
     def write_events(events: list[Published]) -> bool:
-        return write(b"".join([frame_sse(e["type"], d) for e, d in events]))
+        return write(b"".join([frame_sse(kind, d) for kind, _, d in events]))
 
     return write_events
 

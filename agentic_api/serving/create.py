@@ -26,6 +26,7 @@ from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.prewarm import run_prewarm
 from agentic_api.turns.run import TurnFailed, open_stream, run_turn
+from agentic_api.wire.multi_agent import check_concurrency
 from agentic_api.wire.requests import CreateResponseRequest
 
 Created = Replayed | Queued | Streaming | Final | Prewarmed
@@ -41,6 +42,7 @@ async def create_response(
 ) -> Created:
     """``raw``: the request as parsed JSON (an Idempotency-Key's request hash);
     ``key``: the request's Idempotency-Key, checked."""
+    check_concurrency(request.multi_agent, services.settings.multi_agent_max_concurrent)
     if request.prewarms:
         return await run_prewarm(services, await prepare_turn(services, caller, request))
     claim: Claim | None = None

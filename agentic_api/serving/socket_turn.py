@@ -34,7 +34,12 @@ from agentic_api.turns.prepare.connection_histories import (
 from agentic_api.turns.prepare.turn import prepare_turn
 from agentic_api.turns.prewarm import run_prewarm
 from agentic_api.turns.run import TurnFailed, TurnStream, open_stream, run_without_model
+
+# Named again for the WebSocket route, which hands response.inject frames to them.
+from agentic_api.turns.runner.injections import InjectionRefused as InjectionRefused
+from agentic_api.turns.runner.injections import Injections as Injections
 from agentic_api.wire.events import CONTINUABLE_STATUSES
+from agentic_api.wire.multi_agent import check_concurrency
 from agentic_api.wire.requests import CreateResponseRequest
 
 
@@ -47,6 +52,8 @@ class SocketTurn:
     lane: str
     # The kept history the turn continued, if it continued one.
     base: LaneHistory | None
+    # Where the client's response.inject frames go while the turn runs.
+    injections: Injections | None = None
 
     async def settle(self) -> None:
         """Waits for the turn's end and keeps what the lane continues from."""
@@ -77,6 +84,7 @@ async def start_socket_turn(
     of the turn recorded without the model (already kept for the lane); or for a prewarm
     (which overrides ``generate``, as OpenAI documents) its events: the lane keeps
     nothing of it, since nothing can continue it."""
+    check_concurrency(request.multi_agent, services.settings.multi_agent_max_concurrent)
     base = await _kept_base(services, caller.tenant_id, histories, request)
     try:
         turn = await prepare_turn(services, caller, request, local=histories)
@@ -89,7 +97,10 @@ async def start_socket_turn(
         events = await run_without_model(services, turn)
         _remember(histories, lane, turn, base, [])
         return events
-    return SocketTurn(await open_stream(services, turn), histories, lane, base)
+    # A multi-agent response waits for the client's tool outputs (response.inject).
+    injections = Injections() if request.runs_agents else None
+    stream = await open_stream(services, turn, injections=injections)
+    return SocketTurn(stream, histories, lane, base, injections)
 
 
 async def _kept_base(

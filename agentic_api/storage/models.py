@@ -214,6 +214,29 @@ class ResponseEvent(Base):
     data: Mapped[str] = mapped_column(Text)
 
 
+class AgentRoundRow(Base):
+    """One model round of one agent of a multi-agent response (the hosted multi-agent
+    beta): the agent's token account, round by round. A subagent's first round also
+    holds what it should have found cached: every full block of the token prefix it
+    shares with its parent's round that spawned it (when the upstream reported ids).
+    Written in the response's own commit; deleted with it."""
+
+    __tablename__ = "agent_rounds"
+
+    response_id: Mapped[str] = mapped_column(
+        ForeignKey("responses.id", ondelete="CASCADE"), primary_key=True
+    )
+    agent_name: Mapped[str] = mapped_column(String(400), primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ID)
+    parent_agent: Mapped[str | None] = mapped_column(String(400))
+    input_tokens: Mapped[int] = mapped_column(Integer)
+    cached_tokens: Mapped[int] = mapped_column(Integer)
+    output_tokens: Mapped[int] = mapped_column(Integer)
+    shared_prefix_tokens: Mapped[int | None] = mapped_column(Integer)
+    expected_cached: Mapped[int | None] = mapped_column(Integer)
+
+
 class TokenArtifactRow(Base):
     """A stored turn's exact token ids: the prompt the engine prefilled and the output it
     generated (in the turn's last upstream round: what a continuation extends), packed

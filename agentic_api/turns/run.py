@@ -18,13 +18,15 @@ from agentic_api.runtime import Runtime
 from agentic_api.turns.data.commit_steps import NO_HOOKS, CommitHooks
 from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.kinds.compaction import run_compaction_turn
+from agentic_api.turns.kinds.multi_agent.turn import run_multi_agent_turn
 from agentic_api.turns.kinds.plain import run_plain_turn
 from agentic_api.turns.kinds.threshold_compaction import passes_threshold, run_threshold_compaction
 from agentic_api.turns.kinds.tool_loop import run_tool_turn
 from agentic_api.turns.prepare.summary_request import compact_threshold
 from agentic_api.turns.runner.channel import TurnChannel
-from agentic_api.turns.runner.finish import TurnFailed, commit_turn, end_turn
+from agentic_api.turns.runner.finish import TurnFailed, as_stored, commit_turn, end_turn
 from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.injections import Injections
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.turns.runner.tokens import attach_tokens
 from agentic_api.wire.events import CREATED, snapshot_event, terminal_event
@@ -57,11 +59,14 @@ def begin_turn(
     channel: TurnChannel | None = None,
     *,
     hooks: CommitHooks = NO_HOOKS,
+    injections: Injections | None = None,
 ) -> TurnInProgress:
     """The turn about to be sent: its token plan attached (which may bind its fingerprint
     and ask for ids in its body) and its in-progress state, for ``run_begun``."""
     turn, tokens = attach_tokens(services, turn)
-    return TurnInProgress(services, turn, channel, hooks=hooks, tokens=tokens)
+    return TurnInProgress(
+        services, turn, channel, hooks=hooks, tokens=tokens, injections=injections
+    )
 
 
 async def run_begun(run: TurnInProgress) -> dict[str, Any]:
@@ -71,7 +76,10 @@ async def run_begun(run: TurnInProgress) -> dict[str, Any]:
     # its background job's.
     traced = tracing.current()
     tracing.record_request(
-        traced, turn.request.model, turn.request.conversation_id or turn.lineage.session_id
+        traced,
+        turn.request.model,
+        turn.request.conversation_id or turn.lineage.session_id,
+        kind=tracing.TURN_KIND,
     )
     tracing.record_turn(traced, session_id=turn.lineage.session_id)
     residency = run.services.residency
@@ -84,10 +92,16 @@ async def run_begun(run: TurnInProgress) -> dict[str, Any]:
         keep_warm.turn_started(turn.lineage.session_id)
     try:
         # Counted before anything is sent: a count that fails refuses the turn unrun.
-        threshold = None if turn.compacts or turn.runs_tools else compact_threshold(turn.request)
+        threshold = (
+            None
+            if turn.compacts or turn.runs_tools or turn.request.runs_agents
+            else compact_threshold(turn.request)
+        )
         over = threshold is not None and await passes_threshold(run.services, turn, threshold)
         async with run.held:
-            if turn.compacts:
+            if turn.request.runs_agents:
+                ending = await run_multi_agent_turn(run)
+            elif turn.compacts:
                 ending = await run_compaction_turn(run)
             elif over:
                 ending = await run_threshold_compaction(run)
@@ -137,9 +151,8 @@ async def run_without_model(services: Runtime, turn: PreparedTurn) -> list[dict[
     )
     completed = relay.stamp(terminal_event(final))
     if turn.request.store:
-        await commit_turn(
-            services.db, turn, final, [], [created, completed], histories=services.histories
-        )
+        stored = [as_stored(created), as_stored(completed)]
+        await commit_turn(services.db, turn, final, [], stored, histories=services.histories)
     return [created, completed]
 
 
@@ -172,13 +185,14 @@ class TurnStream:
         turn: PreparedTurn,
         guard: Guard | None,
         hooks: CommitHooks = NO_HOOKS,
+        injections: Injections | None = None,
     ) -> None:
         self.channel = TurnChannel()
         # The channel's own method, so that reading an event costs no extra call.
         self.next_event = self.channel.next_event
         self.cancel_on_disconnect = services.settings.stream_disconnect == "cancel"
         # What the turn wrote while it ran (what the model saw, once it completed).
-        self.run = begin_turn(services, turn, self.channel, hooks=hooks)
+        self.run = begin_turn(services, turn, self.channel, hooks=hooks, injections=injections)
         work = run_begun(self.run)
         self.task: asyncio.Task[dict[str, Any]] = services.spawn(
             work if guard is None else guard(work)
@@ -218,8 +232,10 @@ async def open_stream(
     *,
     guard: Guard | None = None,
     hooks: CommitHooks = NO_HOOKS,
+    injections: Injections | None = None,
 ) -> TurnStream:
-    """Starts the turn; returns once the upstream accepted it (raises its refusal)."""
-    stream = TurnStream(services, turn, guard, hooks)
+    """Starts the turn; returns once the upstream accepted it (raises its refusal).
+    ``injections``: where the client's tool outputs arrive while it runs."""
+    stream = TurnStream(services, turn, guard, hooks, injections)
     await stream.wait_opened()
     return stream

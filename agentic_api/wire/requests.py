@@ -35,6 +35,7 @@ from agentic_api.wire.limits import (
     MAX_TOOLS,
 )
 from agentic_api.wire.metadata import check_metadata
+from agentic_api.wire.multi_agent import NOT_BETA, BetaContext, MultiAgentConfig, check_multi_agent
 from agentic_api.wire.storable import check_depth, check_no_nul, too_deep
 
 # Fields that shape our own behaviour and never travel upstream as given.
@@ -54,6 +55,8 @@ SERVER_FIELDS = frozenset(
         "generate",
         "stream_id",
         "type",
+        # The hosted multi-agent beta runs here (turns/kinds/multi_agent/), never upstream.
+        "multi_agent",
     }
 )
 
@@ -125,6 +128,8 @@ class CreateResponseRequest(BaseModel):
         None, max_length=MAX_SAFETY_IDENTIFIER_LENGTH, strict=True
     )
     service_tier: str | None = Field(None, strict=True)
+    # The hosted multi-agent beta (wire/multi_agent.py): only on the beta path.
+    multi_agent: MultiAgentConfig | None = None
 
     @field_validator("model", "previous_response_id")
     @classmethod
@@ -182,6 +187,27 @@ class CreateResponseRequest(BaseModel):
         return self.prompt_cache_options is not None and self.prompt_cache_options.prewarm
 
     @property
+    def reasoning_context(self) -> str:
+        """The effective ``reasoning.context``: which earlier reasoning items are sent back
+        to the model (``wire/reasoning_context.py``). ``auto`` and absent are
+        ``all_turns``, what this server always sent: every stored item, replayed."""
+        asked = (self.reasoning or {}).get("context")
+        return DEFAULT_REASONING_CONTEXT if asked in (None, "auto") else str(asked)
+
+    def upstream_reasoning(self) -> dict[str, Any] | None:
+        """``reasoning`` as the upstream gets it: without ``context``, which this server
+        applies itself (vLLM has no such field), or None when nothing else is left."""
+        if self.reasoning is None:
+            return None
+        rest = {key: value for key, value in self.reasoning.items() if key != "context"}
+        return rest or None
+
+    @property
+    def runs_agents(self) -> bool:
+        """Whether the server runs this response as a multi-agent tree."""
+        return self.multi_agent is not None and self.multi_agent.enabled
+
+    @property
     def conversation_id(self) -> str | None:
         if isinstance(self.conversation, ConversationRef):
             return self.conversation.id
@@ -190,6 +216,10 @@ class CreateResponseRequest(BaseModel):
     def passthrough(self) -> dict[str, Any]:
         """Fields passed through to the upstream as the client sent them."""
         return {k: v for k, v in (self.model_extra or {}).items() if k not in SERVER_FIELDS}
+
+
+# What ``auto`` (or no ``reasoning.context``) means here.
+DEFAULT_REASONING_CONTEXT = "all_turns"
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -229,13 +259,18 @@ def validation_failure(exc: ValidationError) -> ApiError:
     return InvalidRequest(f"Invalid value for '{param}': {message}", param=param, code=code)
 
 
-def parse_create_request(raw: bytes) -> tuple[CreateResponseRequest, dict[str, Any]]:
+def parse_create_request(
+    raw: bytes, beta: BetaContext = NOT_BETA
+) -> tuple[CreateResponseRequest, dict[str, Any]]:
+    """``beta``: how the request arrived (the beta path and header), which decides
+    whether ``multi_agent`` may be given."""
     data = parse_json_object(raw)
     try:
         request = CreateResponseRequest.model_validate(data)
     except ValidationError as exc:
         raise validation_failure(exc) from exc
     refuse_unsupported(data)
+    check_multi_agent(request.multi_agent, data, beta)
     check_include(request.include, param="include")
     check_text_format(request.text)
     if request.stream_options is not None and not request.stream:

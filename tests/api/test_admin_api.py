@@ -59,6 +59,7 @@ ADMIN_ROUTES = {
     ("GET", "/admin/v1/conversations/{conversation_id}/residency"),
     ("GET", "/admin/v1/responses/{response_id}/residency"),
     ("GET", "/admin/v1/responses/{response_id}/token_account"),
+    ("GET", "/admin/v1/responses/{response_id}/agents"),
 }
 
 

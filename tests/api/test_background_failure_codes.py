@@ -15,6 +15,7 @@ import pytest
 from openai import OpenAI
 
 from tests.conftest import RunningServer, running_server
+from tests.support.clients import openai_client
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.upstream_sim import Fail, SimServer
 
@@ -38,7 +39,9 @@ def _settle(client: OpenAI, response_id: str) -> Any:
 
 
 def _client(server: RunningServer, tenant: TenantKeys) -> OpenAI:
-    return OpenAI(base_url=f"{server.url}/v1", api_key=tenant.api_key, max_retries=0, timeout=20)
+    # Closed after the test (an unclosed client's sockets warn when collected, in
+    # whichever later test that happens).
+    return openai_client(f"{server.url}/v1", tenant.api_key, timeout=20)
 
 
 def _foreground_code(client: OpenAI, model: str) -> tuple[str | None, str | None]:

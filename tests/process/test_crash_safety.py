@@ -1,5 +1,6 @@
-"""Crash safety with real processes: SIGKILL mid-turn and mid-job, several processes on
-one queue, retries across a crash, cancel across processes (SQLite and PostgreSQL)."""
+"""Crash safety with real processes: SIGKILL mid-turn and mid-job (a multi-agent tree's
+too), several processes on one queue, retries across a crash, cancel across processes
+(SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from tests.support.clients import openai_client
 from tests.support.processes import Process, process_env
 from tests.support.sql import scalar
 from tests.support.tenants import TenantKeys, create_tenant
-from tests.upstream_sim import Hang, Reply, SimServer
+from tests.upstream_sim import Call, Hang, Reply, SimServer, ToolCalls
+from tests.upstream_sim.state import agent_of
 
 # Each waits on real processes starting, dying and leases running out: seconds apiece.
 pytestmark = pytest.mark.slow
@@ -338,3 +340,77 @@ def test_a_cancel_through_one_process_stops_the_job_in_another(
     assert client.responses.retrieve(queued.id).status == "cancelled"
     worker.popen.terminate()
     assert worker.popen.wait(timeout=20) == 0
+
+
+MULTI_AGENT_BETAS: Any = ["responses_multi_agent=v1"]
+
+
+def test_a_tree_killed_mid_run_fails_after_its_lease(
+    fresh_db: str, sim: SimServer, tmp_path: Path, processes: list[Process]
+) -> None:
+    env = process_env(
+        fresh_db,
+        sim.url,
+        tmp_path / "data",
+        lease_seconds=LEASE_SECONDS,
+        background_poll_seconds=0.2,
+        router_agentic_context=True,
+    )
+    tenant: TenantKeys = create_tenant(fresh_db)
+    server = Process.serve(env)
+    processes.append(server)
+    client = client_of(server, tenant)
+    sim.push_for(
+        "/root",
+        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Work long."})]),
+        ToolCalls([Call("wait_agent", {})]),
+    )
+    sim.push_for("/root/alpha", Hang())
+    queued = client.beta.responses.create(
+        model=sim.config.model,
+        input="Delegate.",
+        background=True,
+        multi_agent={"enabled": True},
+        betas=MULTI_AGENT_BETAS,
+    )
+    assert sim.wait_for(
+        lambda: any(agent_of(r.json) == "/root/alpha" for r in sim.requests("/v1/responses")),
+        timeout=20,
+    )
+    server.kill()
+    sent = len(sim.requests("/v1/responses"))
+    assert scalar(fresh_db, "SELECT status FROM responses WHERE id = :id", id=queued.id) == (
+        "in_progress"
+    )
+
+    restarted = Process.serve(env)
+    processes.append(restarted)
+    client = client_of(restarted, tenant)
+    deadline = time.monotonic() + 20
+    while (
+        found := client.beta.responses.retrieve(queued.id, betas=MULTI_AGENT_BETAS)
+    ).status not in TERMINAL:
+        assert time.monotonic() < deadline, f"still {found.status}"
+        time.sleep(0.05)
+    assert found.status == "failed"
+    # Its stored events, on the beta path (they hold the beta's items).
+    events = sse(
+        httpx.get(
+            f"{restarted.url}/v1/responses/{queued.id}",
+            params={"stream": "true", "beta": "true"},
+            headers={"authorization": f"Bearer {tenant.api_key}"},
+            timeout=20,
+        )
+    )
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert events[-2]["code"] == "worker_lost"
+    # Nothing of the tree is continuable, and no agent ran again after the crash.
+    with pytest.raises(BadRequestError):
+        client.beta.responses.create(
+            model=sim.config.model,
+            input="more",
+            previous_response_id=queued.id,
+            multi_agent={"enabled": True},
+            betas=MULTI_AGENT_BETAS,
+        )
+    assert len(sim.requests("/v1/responses")) == sent

@@ -29,6 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from openai.types.beta.beta_response import BetaResponse
+from openai.types.beta.beta_response_output_item import BetaResponseOutputItem
+from openai.types.beta.beta_response_stream_event import BetaResponseStreamEvent
+from openai.types.beta.beta_responses_server_event import BetaResponsesServerEvent
 from openai.types.conversations import Conversation, ConversationDeletedResource, Message
 from openai.types.conversations.conversation_item import ConversationItem
 from openai.types.model import Model
@@ -178,6 +182,28 @@ INPUT_ITEMS = {
 CONVERSATION_ITEMS = _classes_by_type(ConversationItem)
 
 
+@dataclass(frozen=True)
+class Vocabulary:
+    """The SDK's types a reply is checked with: the Responses API's own, or on the beta
+    path (``?beta=true``: the hosted multi-agent beta) the beta's, whose items and events
+    add ``multi_agent_call``, ``multi_agent_call_output``, ``agent_message``, the ``agent``
+    attribution and ``response.inject.*``."""
+
+    response: type[BaseModel]
+    stream_events: dict[str, list[type[BaseModel]]]
+    socket_events: dict[str, list[type[BaseModel]]]
+    output_items: dict[str, list[type[BaseModel]]]
+
+
+STANDARD = Vocabulary(Response, STREAM_EVENTS, SOCKET_EVENTS, OUTPUT_ITEMS)
+BETA = Vocabulary(
+    BetaResponse,
+    _classes_by_type(BetaResponseStreamEvent),
+    _classes_by_type(BetaResponsesServerEvent),
+    _classes_by_type(BetaResponseOutputItem),
+)
+
+
 def _problems(model: type[BaseModel], value: Any) -> list[str]:
     try:
         model.model_validate(value)
@@ -281,8 +307,8 @@ def check_item_rules(item: Any, where: str, *, message_status: bool = True) -> N
             need_list(item, "content", where, "reasoning.content")
 
 
-def check_output_item(item: Any, where: str) -> None:
-    _sdk_by_type(OUTPUT_ITEMS, item, where, "output_item")
+def check_output_item(item: Any, where: str, vocabulary: Vocabulary = STANDARD) -> None:
+    _sdk_by_type(vocabulary.output_items, item, where, "output_item")
     check_item_rules(item, where)
 
 
@@ -348,9 +374,15 @@ def _with_listed_error_code(response: Any, where: str) -> Any:
     return {**response, "error": {**error, "code": "server_error"}}
 
 
-def check_response(response: Any, where: str, *, status: frozenset[str] | None = None) -> None:
+def check_response(
+    response: Any,
+    where: str,
+    *,
+    status: frozenset[str] | None = None,
+    vocabulary: Vocabulary = STANDARD,
+) -> None:
     """A Response object at any stage (snapshot, final, retrieved, cancelled)."""
-    sdk_validate(Response, _with_listed_error_code(response, where), where)
+    sdk_validate(vocabulary.response, _with_listed_error_code(response, where), where)
     if not isinstance(response, dict):
         return
     for key in RESPONSE_KEYS:
@@ -380,7 +412,7 @@ def check_response(response: Any, where: str, *, status: frozenset[str] | None =
     for index, tool in enumerate(need_list(response, "tools", where, "response.tools")):
         check_tool(tool, f"{where}.tools[{index}]")
     for index, item in enumerate(need_list(response, "output", where, "response.output")):
-        check_output_item(item, f"{where}.output[{index}]")
+        check_output_item(item, f"{where}.output[{index}]", vocabulary)
     usage = response["usage"]
     if usage is not None:
         check_usage(usage, f"{where}.usage")
@@ -395,7 +427,9 @@ def check_response(response: Any, where: str, *, status: frozenset[str] | None =
 # -- events --------------------------------------------------------------------------------
 
 
-def check_event(event: Any, where: str, *, socket: bool = False) -> None:
+def check_event(
+    event: Any, where: str, *, socket: bool = False, vocabulary: Vocabulary = STANDARD
+) -> None:
     """One stream event (SSE, or a WebSocket frame with ``socket``)."""
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
         fail("event.type", where, "an event is an object with a string 'type'")
@@ -412,7 +446,8 @@ def check_event(event: Any, where: str, *, socket: bool = False) -> None:
         listed = event
         if isinstance(event.get("response"), dict):
             listed = {**event, "response": _with_listed_error_code(event["response"], where)}
-        _sdk_by_type(SOCKET_EVENTS if socket else STREAM_EVENTS, listed, where, "event")
+        events = vocabulary.socket_events if socket else vocabulary.stream_events
+        _sdk_by_type(events, listed, where, "event")
     need_int(event, "sequence_number", where, "event.sequence_number")
     if socket and "stream_id" in event and not isinstance(event["stream_id"], str):
         fail("event.stream_id", where, "stream_id must be a string")
@@ -425,9 +460,11 @@ def check_event(event: Any, where: str, *, socket: bool = False) -> None:
         expected = SNAPSHOT_EVENTS.get(kind)
         if kind in TERMINAL_EVENTS:
             expected = frozenset({TERMINAL_EVENTS[kind]})
-        check_response(event["response"], f"{where}.response", status=expected)
+        check_response(
+            event["response"], f"{where}.response", status=expected, vocabulary=vocabulary
+        )
     if "item" in event:
-        check_output_item(event["item"], f"{where}.item")
+        check_output_item(event["item"], f"{where}.item", vocabulary)
     if "part" in event:
         check_output_text(event["part"], f"{where}.part")
     if kind in ("response.output_text.delta", "response.output_text.done"):
@@ -455,9 +492,12 @@ class StreamCheck:
     """The rules of one event stream as a whole: sequence numbers counting up by one,
     nothing after the terminal event. ``key`` separates interleaved streams (lanes)."""
 
-    def __init__(self, where: str, *, socket: bool = False) -> None:
+    def __init__(
+        self, where: str, *, socket: bool = False, vocabulary: Vocabulary = STANDARD
+    ) -> None:
         self.where = where
         self.socket = socket
+        self.vocabulary = vocabulary
         self._last: dict[Any, int] = {}
         self._ended: set[Any] = set()
         self.count = 0
@@ -465,7 +505,11 @@ class StreamCheck:
     def feed(self, event: Any, key: Any = None) -> None:
         where = f"{self.where} event {self.count}"
         self.count += 1
-        check_event(event, where, socket=self.socket)
+        check_event(event, where, socket=self.socket, vocabulary=self.vocabulary)
+        if isinstance(event, dict) and event.get("type") == "response.inject.failed":
+            # The answer to a client's inject for a response not running: outside every
+            # response's stream (its sequence number is 0).
+            return
         sequence = event.get("sequence_number")
         if not is_int(sequence):
             return  # a connection-level socket error, outside any response's stream
@@ -650,8 +694,11 @@ JSON_ROUTES: list[tuple[str, re.Pattern[str], typing.Callable[[Any, str], None]]
 ]
 
 
-def check_json_reply(method: str, path: str, status: int, data: bytes) -> None:
-    """A JSON reply of our server: an OpenAI error body, or the object its route returns."""
+def check_json_reply(
+    method: str, path: str, status: int, data: bytes, vocabulary: Vocabulary = STANDARD
+) -> None:
+    """A JSON reply of our server: an OpenAI error body, or the object its route returns
+    (a Response on the beta path checked with the beta's types)."""
     where = f"{method} {path} -> {status}"
     try:
         body = orjson.loads(data)
@@ -667,6 +714,9 @@ def check_json_reply(method: str, path: str, status: int, data: bytes) -> None:
         return
     for route_method, pattern, check in JSON_ROUTES:
         if route_method == method and pattern.match(path):
-            check(body, where)
+            if check is check_response:
+                check_response(body, where, vocabulary=vocabulary)
+            else:
+                check(body, where)
             return
     fail("route.unknown", where, "a JSON route strict.py does not know: add it to JSON_ROUTES")

@@ -59,9 +59,9 @@ def watched(url: Any) -> bool:
 class SseChecker:
     """Splits an SSE byte stream into events and checks each (and the stream as a whole)."""
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, vocabulary: strict.Vocabulary = strict.STANDARD) -> None:
         self.where = where
-        self.stream = strict.StreamCheck(where)
+        self.stream = strict.StreamCheck(where, vocabulary=vocabulary)
         self._buffer = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -108,9 +108,16 @@ class _Reply:
         self.path = request.url.path
         self.status = response.status_code
         self.where = f"{self.method} {self.path}"
+        # The beta path's replies carry the beta's items and events.
+        beta = request.url.params.get("beta") == "true"
+        self.vocabulary = strict.BETA if beta else strict.STANDARD
         media = response.headers.get("content-type", "").split(";")[0].strip()
         ours = strict.is_openai_route(self.path)
-        self.sse = SseChecker(self.where) if ours and media == "text/event-stream" else None
+        self.sse = (
+            SseChecker(self.where, self.vocabulary)
+            if ours and media == "text/event-stream"
+            else None
+        )
         self.json = ours and media == "application/json"
         self.ours = ours
         self.body = bytearray()
@@ -125,7 +132,9 @@ class _Reply:
         if self.sse is not None:
             self.sse.close()
         elif self.json:
-            strict.check_json_reply(self.method, self.path, self.status, bytes(self.body))
+            strict.check_json_reply(
+                self.method, self.path, self.status, bytes(self.body), self.vocabulary
+            )
         elif self.ours and self.status >= 400 and self.path.startswith(("/v1/", "/admin/")):
             strict.fail("error.media", self.where, f"error reply without JSON ({self.status})")
 
@@ -176,8 +185,12 @@ def _socket_check(connection: SyncSocket | AsyncSocket, message: Any) -> None:
         return
     stream = _socket_streams.get(connection)
     if stream is None:
+        # A beta connection (client.beta.responses.connect) sends the beta's events.
+        beta = request.headers.get("OpenAI-Beta") is not None
         stream = _socket_streams[connection] = strict.StreamCheck(
-            f"WebSocket {request.path}", socket=True
+            f"WebSocket {request.path}",
+            socket=True,
+            vocabulary=strict.BETA if beta else strict.STANDARD,
         )
     text = message.decode() if isinstance(message, bytes) else message
     try:

@@ -10,13 +10,22 @@ from typing import Any
 import orjson
 import pytest
 
-from agentic_api.turns.runner.channel import ReaderGone, TurnChannel
+from agentic_api.turns.runner.channel import Published, ReaderGone, TurnChannel
 
 
 def publish(channel: TurnChannel, number: int) -> dict[str, Any]:
-    event = {"sequence_number": number}
-    channel.publish(event, orjson.dumps(event))
+    kind = "response.output_text.delta"
+    event: dict[str, Any] = {"type": kind, "sequence_number": number}
+    channel.publish(kind, number, orjson.dumps(event))
     return event
+
+
+def events(taken: list[Published]) -> list[dict[str, Any]]:
+    """What a take holds, as events (each checked against the type and number it was
+    published with)."""
+    parsed = [orjson.loads(data) for _, _, data in taken]
+    assert [(e["type"], e["sequence_number"]) for e in parsed] == [(k, n) for k, n, _ in taken]
+    return parsed
 
 
 async def test_events_that_piled_up_come_in_one_take_then_the_close() -> None:
@@ -24,8 +33,8 @@ async def test_events_that_piled_up_come_in_one_take_then_the_close() -> None:
     published = [publish(channel, number) for number in range(3)]
     channel.close()
     taken = await channel.next_events()
-    assert [event for event, _ in taken] == published
-    assert [data for _, data in taken] == [orjson.dumps(e) for e in published]
+    assert events(taken) == published
+    assert [data for _, _, data in taken] == [orjson.dumps(e) for e in published]
     assert await channel.next_events() == []
     assert await channel.next_event() is None
 
@@ -36,7 +45,7 @@ async def test_a_take_waits_for_the_first_event_only() -> None:
     await asyncio.sleep(0)
     assert not reader.done()
     first = publish(channel, 0)
-    assert [event for event, _ in await reader] == [first]
+    assert events(await reader) == [first]
     second = publish(channel, 1)
     assert await channel.next_event() == second
 
@@ -46,7 +55,7 @@ async def test_a_failure_after_events_is_raised_after_they_are_taken() -> None:
     first = publish(channel, 0)
     channel.failed_to_open(RuntimeError("upstream gone"))
     publish(channel, 1)
-    assert [event for event, _ in await channel.next_events()] == [first]
+    assert events(await channel.next_events()) == [first]
     with pytest.raises(RuntimeError, match="upstream gone"):
         await channel.next_events()
 
@@ -60,7 +69,7 @@ async def test_a_close_right_after_the_events_is_taken_with_them() -> None:
     publish(channel, 1)
     channel.close()
     # The reader can end its body in the same write as these events.
-    assert [event for event, _ in await channel.next_events()] == [{"sequence_number": 1}]
+    assert [e["sequence_number"] for e in events(await channel.next_events())] == [1]
     assert channel.closed
     assert await channel.next_events() == []
 
@@ -86,10 +95,10 @@ class Client:
         self.keeping_up = True
         self.writes: list[list[int]] = []
 
-    def write(self, events: list[tuple[dict[str, Any], bytes]]) -> bool:
+    def write(self, batch: list[Published]) -> bool:
         if not self.keeping_up:
             return False
-        self.writes.append([event["sequence_number"] for event, _ in events])
+        self.writes.append([e["sequence_number"] for e in events(batch)])
         return True
 
 
@@ -131,13 +140,13 @@ async def test_a_client_that_cannot_take_a_write_gets_the_batch_through_the_read
     publish(channel, 0)
     publish(channel, 1)
     await asyncio.sleep(0)
-    assert [event["sequence_number"] for event, _ in await reader] == [0, 1]
+    assert [e["sequence_number"] for e in events(await reader)] == [0, 1]
     # The reader holds events now (it is sending them): nothing goes around it.
     client.keeping_up = True
     publish(channel, 2)
     await asyncio.sleep(0)
     assert client.writes == []
-    assert [event["sequence_number"] for event, _ in await channel.next_events()] == [2]
+    assert [e["sequence_number"] for e in events(await channel.next_events())] == [2]
     # Waiting again with nothing left, it is bypassed again.
     reader = await waiting_reader(channel)
     publish(channel, 3)
@@ -153,7 +162,7 @@ async def test_a_close_right_after_a_batch_goes_to_the_reader_with_it() -> None:
     publish(channel, 0)
     channel.close()
     # One take of the last events and the close: the body ends in the same write.
-    assert [event["sequence_number"] for event, _ in await reader] == [0]
+    assert [e["sequence_number"] for e in events(await reader)] == [0]
     assert channel.closed
     await asyncio.sleep(0)
     assert client.writes == []

@@ -137,7 +137,7 @@ def create_app(runtime: Runtime) -> ASGIApp:
         rec = _record_of(request)
         try:
             body = parse_json_object(await request.body(), request.headers.get("content-type"))
-            return prepare(body, rec, runtime, state.next_behavior)
+            return prepare(body, rec, runtime, lambda: state.next_behavior(body))
         except SimHTTPError as exc:
             state.finish(rec, "rejected", status=exc.status)
             return _error(exc)
@@ -180,12 +180,15 @@ def create_app(runtime: Runtime) -> ASGIApp:
         config = state.config
         waiting, kv_usage = state.load
         labels = f'engine="0",model_name="{config.model}"'
-        text = (
+        cache_config = (
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
             "# TYPE vllm:cache_config_info gauge\n"
             f'vllm:cache_config_info{{block_size="{config.block_size}",'
             'cache_dtype="auto",enable_prefix_caching="True",engine="0"} 1.0\n'
-            "# TYPE vllm:num_requests_waiting gauge\n"
+        )
+        text = (
+            (cache_config if config.reports_block_size else "")
+            + "# TYPE vllm:num_requests_waiting gauge\n"
             f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}\n"
             "# TYPE vllm:kv_cache_usage_perc gauge\n"
             f"vllm:kv_cache_usage_perc{{{labels}}} {float(kv_usage)}\n"
@@ -327,6 +330,14 @@ def _add_control_routes(app: FastAPI, state: SimState) -> None:
     @app.post(CONTROL_PREFIX + "reset_prefix_cache")
     async def reset_prefix_cache() -> Response:
         # vLLM's /reset_prefix_cache (dev mode): drops every block, AllBlocksCleared.
+        state.cache_clear()
+        return _json({"ok": True})
+
+    @app.post("/checkpoint/prepare")
+    async def checkpoint_prepare() -> Response:
+        # vLLM 0.34 (with --enable-sleep-mode) releases its whole KV cache here. Imitated
+        # as its prefix-cache reset behaves (every block dropped, AllBlocksCleared), which
+        # is what the gateway must survive; the GPU build itself is not checked here.
         state.cache_clear()
         return _json({"ok": True})
 
@@ -505,6 +516,10 @@ class SimServer:
 
     def push(self, *behaviors: Behavior) -> None:
         self.state.push(*behaviors)
+
+    def push_for(self, agent: str, *behaviors: Behavior) -> None:
+        """Behaviors for one agent of a multi-agent tree (``SimState.push_for``)."""
+        self.state.push_for(agent, *behaviors)
 
     def requests(self, path: str | None = None) -> list[RecordedRequest]:
         return self.state.requests(path)

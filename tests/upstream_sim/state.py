@@ -7,6 +7,7 @@ that lock.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter, deque
@@ -37,6 +38,13 @@ class SimConfig:
 
     model: str = "sim-model"
     block_size: int = 16
+    # Whether /metrics states the cache config (``vllm:cache_config_info``, its block
+    # size): a router in front, or an engine build without it, does not.
+    reports_block_size: bool = True
+    # What /v1/responses reports as ``cache_write_tokens``: the prompt's full blocks it
+    # stored (vLLM 0.32-0.34), every uncached prompt token (an engine counting otherwise),
+    # or nothing (the field left out).
+    cache_write_report: Literal["full_blocks", "uncached", "absent"] = "full_blocks"
     max_model_len: int = 32768
     # Name reported in the ``x-upstream-replica`` response header (benchmarks).
     replica: str | None = None
@@ -159,6 +167,8 @@ class SimState:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.queue: deque[Behavior] = deque()
+        # Behaviors for one agent of a multi-agent tree only (``push_for``).
+        self.agent_queues: dict[str, deque[Behavior]] = {}
         self.recordings: list[RecordedRequest] = []
         self.recorded = 0
         self.calls: Counter[str] = Counter()
@@ -180,9 +190,16 @@ class SimState:
         with self.lock:
             self.queue.extend(behaviors)
 
+    def push_for(self, agent: str, *behaviors: Behavior) -> None:
+        """Behaviors taken only by requests of ``agent``: requests whose
+        ``vllm_xargs.agentic_context`` names it as ``agent_id`` (the gateway's agents of
+        a multi-agent tree run concurrently, so one FIFO cannot script them)."""
+        with self.lock:
+            self.agent_queues.setdefault(agent, deque()).extend(behaviors)
+
     def pending(self) -> int:
         with self.lock:
-            return len(self.queue)
+            return len(self.queue) + sum(len(q) for q in self.agent_queues.values())
 
     def requests(self, path: str | None = None) -> list[RecordedRequest]:
         with self.lock:
@@ -192,6 +209,7 @@ class SimState:
         """Forget queue, recordings, counters and cache; keep the configuration."""
         with self.lock:
             self.queue.clear()
+            self.agent_queues.clear()
             self.recordings.clear()
             self.recorded = 0
             self.calls.clear()
@@ -256,8 +274,11 @@ class SimState:
             self.changed.notify_all()
             return rec
 
-    def next_behavior(self) -> Behavior | None:
+    def next_behavior(self, body: Any = None) -> Behavior | None:
         with self.lock:
+            queue = self.agent_queues.get(agent_of(body) or "")
+            if queue:
+                return queue.popleft()
             return self.queue.popleft() if self.queue else None
 
     def update(self, rec: RecordedRequest, **changes: Any) -> None:
@@ -320,3 +341,16 @@ class SimState:
             if self.kv_publisher is not None:
                 self.kv_publisher.close()
                 self.kv_publisher = None
+
+
+def agent_of(body: Any) -> str | None:
+    """The agent a request names in ``vllm_xargs.agentic_context`` (a JSON string)."""
+    xargs = body.get("vllm_xargs") if isinstance(body, dict) else None
+    context = xargs.get("agentic_context") if isinstance(xargs, dict) else None
+    if not isinstance(context, str):
+        return None
+    try:
+        agent = json.loads(context).get("agent_id")
+    except (ValueError, AttributeError):
+        return None
+    return agent if isinstance(agent, str) else None

@@ -11,6 +11,7 @@ from agentic_api.http.auth import require_tenant, services_of
 from agentic_api.serving.compaction import compact_history as compacted
 from agentic_api.serving.tenants import TenantContext
 from agentic_api.wire.compact import check_compact_fields
+from agentic_api.wire.multi_agent import beta_of, refuse_compaction_beta
 from agentic_api.wire.requests import parse_create_request, parse_json_object
 
 router = APIRouter(tags=["responses"])
@@ -20,6 +21,7 @@ Tenant = Annotated[TenantContext, Depends(require_tenant)]
 @router.post("/v1/responses/compact")
 async def compact_history(request: Request, tenant: Tenant) -> dict[str, Any]:
     services = services_of(request)
+    refuse_compaction_beta(beta_of(request.query_params, request.headers))
     data = parse_json_object(await request.body())
     check_compact_fields(data)
     data.setdefault("input", [])

@@ -24,6 +24,7 @@ from agentic_api.serving.responses import FollowedEvents, RebuiltEvents, StoredE
 from agentic_api.serving.results import Final, Prewarmed, Queued, Streaming
 from agentic_api.serving.tenants import TenantContext, caller_of
 from agentic_api.wire.limits import MAX_INTEGER, MAX_LIST_LIMIT
+from agentic_api.wire.multi_agent import beta_of
 from agentic_api.wire.requests import CreateResponseRequest, parse_create_request
 
 router = APIRouter(tags=["responses"])
@@ -42,7 +43,8 @@ Tenant = Annotated[TenantContext, Depends(require_tenant)]
 async def create_response(request: Request, tenant: Tenant) -> Response:
     services = services_of(request)
     key = idempotency_key(request)
-    parsed, raw = parse_create_request(await request.body())
+    beta = beta_of(request.query_params, request.headers)
+    parsed, raw = parse_create_request(await request.body(), beta)
     created = await create.create_response(services, caller_of(tenant), parsed, raw, key=key)
     if isinstance(created, Final):
         return JsonResponse(created.response)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,9 +28,15 @@ from agentic_api.http.auth import authenticate, credential_header, services_of
 from agentic_api.http.json_response import JsonResponse
 from agentic_api.log import get_logger
 from agentic_api.runtime import Runtime
-from agentic_api.serving.socket_turn import ConnectionHistories, start_socket_turn
+from agentic_api.serving.socket_turn import (
+    ConnectionHistories,
+    InjectionRefused,
+    Injections,
+    start_socket_turn,
+)
 from agentic_api.serving.tenants import TenantContext, caller_of
 from agentic_api.wire.events import socket_error_frame, socket_event
+from agentic_api.wire.multi_agent import inject_failed, socket_beta
 from agentic_api.wire.requests import parse_create_request
 
 router = APIRouter(tags=["responses"])
@@ -59,6 +66,11 @@ class Session:
     trace_carrier: dict[str, str] = field(default_factory=dict)
     local: ConnectionHistories = field(default_factory=ConnectionHistories)
     lanes: dict[str, Lane] = field(default_factory=dict)
+    # Multi-agent responses running on this connection, by id: where response.inject
+    # frames go; and the latest ones that ended (an inject for them is answered
+    # response_already_completed).
+    running: dict[str, Injections] = field(default_factory=dict)
+    ended: deque[str] = field(default_factory=lambda: deque(maxlen=64))
     send_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: bool = False
 
@@ -145,6 +157,9 @@ async def _dispatch(session: Session, raw: str) -> None:
             None,
         )
         return
+    if frame["type"] == "response.inject":
+        await _inject(session, frame)
+        return
     if frame["type"] != "response.create":
         # Clients send acknowledgements such as response.processed; they need no answer.
         return
@@ -218,7 +233,7 @@ async def _serve_create(
             code="unsupported_parameter",
         )
     body["stream"] = True
-    request, _raw = parse_create_request(orjson.dumps(body))
+    request, _raw = parse_create_request(orjson.dumps(body), socket_beta(session.websocket.headers))
     started = await start_socket_turn(
         session.services,
         caller_of(tenant),
@@ -233,11 +248,48 @@ async def _serve_create(
         return
     stream = started.stream
     next_event = stream.next_event
-    # Leaving early (the connection went away) applies the same rule as an HTTP stream.
-    with stream:
-        while (event := await next_event()) is not None:
-            await session.send(socket_event(event, stream_id))
+    response_id = stream.run.turn.response_id
+    if started.injections is not None:
+        session.running[response_id] = started.injections
+    try:
+        # Leaving early (the connection went away) applies the same rule as an HTTP stream.
+        with stream:
+            while (event := await next_event()) is not None:
+                await session.send(socket_event(event, stream_id))
+    finally:
+        if session.running.pop(response_id, None) is not None:
+            session.ended.append(response_id)
     await started.settle()
+
+
+async def _inject(session: Session, frame: dict[str, Any]) -> None:
+    """``response.inject``: the client's tool outputs for a multi-agent response running on
+    this connection, acknowledged in its stream (``response.inject.created``); for a
+    response not running here, ``response.inject.failed`` with the input back."""
+    response_id, items = frame.get("response_id"), frame.get("input")
+    stream_id = frame.get("stream_id") if isinstance(frame.get("stream_id"), str) else None
+    if not isinstance(response_id, str) or not isinstance(items, list):
+        await session.send_error(
+            InvalidRequest(
+                "response.inject needs a 'response_id' string and an 'input' array.",
+                param="response_id" if not isinstance(response_id, str) else "input",
+                code="invalid_frame",
+            ),
+            stream_id,
+        )
+        return
+    injections = session.running.get(response_id)
+    if injections is None:
+        ended = response_id in session.ended
+        failed = inject_failed(
+            response_id, "response_already_completed" if ended else "response_not_found", items
+        )
+        await session.send(socket_event(failed, stream_id))
+        return
+    try:
+        injections.deliver(items)
+    except InjectionRefused as refused:
+        await session.send_error(InvalidRequest(str(refused), param="input"), stream_id)
 
 
 class CredentialsRefused(Exception):

@@ -17,6 +17,7 @@ from agentic_api.http.auth import require_admin, services_of
 from agentic_api.operator.handlers.admin import conversations, lineage, tenants, usage
 from agentic_api.operator.shapes.admin import (
     DEFAULT_LIST_LIMIT,
+    AdminAgentAccounts,
     AdminApiKey,
     AdminConversation,
     AdminLineage,
@@ -274,6 +275,15 @@ async def response_lineage(response_id: str, request: Request) -> AdminLineage:
 )
 async def token_account(response_id: str, request: Request) -> AdminTokenAccount:
     return await lineage.token_account(services_of(request), response_id)
+
+
+@router.get(
+    "/responses/{response_id}/agents",
+    summary="Each agent's token account of a multi-agent response (its rounds, and a "
+    "subagent's first-request reuse against its parent's prefix)",
+)
+async def agent_accounts(response_id: str, request: Request) -> AdminAgentAccounts:
+    return await lineage.agent_accounts(services_of(request), response_id)
 
 
 @router.get(

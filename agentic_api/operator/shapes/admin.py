@@ -212,6 +212,46 @@ class AdminTokenAccount(BaseModel):
     )
 
 
+class AgentRoundView(BaseModel):
+    round: int
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+
+
+class FirstRequestReuse(BaseModel):
+    """A subagent's first request against its parent's: what it shared and reused."""
+
+    shared_prefix_tokens: int = Field(
+        description="Token prefix the subagent's first prompt shares with its parent's round."
+    )
+    expected_cached: int = Field(description="Every full KV block of that shared prefix.")
+    measured_cached: int = Field(description="What the model server reported cached.")
+    hit: bool = Field(description="measured_cached >= expected_cached.")
+
+
+class AgentAccount(BaseModel):
+    agent_name: str
+    parent_agent: str | None
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    first_request: FirstRequestReuse | None = Field(
+        description="A subagent's first request's reuse; null for the root, or when the "
+        "model server reported no token ids."
+    )
+    rounds: list[AgentRoundView]
+
+
+class AdminAgentAccounts(BaseModel):
+    """Each agent's token account of a multi-agent response (empty for any other)."""
+
+    object: Literal["admin.agent_accounts"] = "admin.agent_accounts"
+    response_id: str
+    tenant_id: str
+    agents: list[AgentAccount]
+
+
 class LineageNode(AdminTurn):
     children: list[LineageNode]
 

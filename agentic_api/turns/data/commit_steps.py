@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -25,9 +25,10 @@ class CommitStep(Protocol):
 class EventLog(Protocol):
     """Storage a turn's events already go to while it runs (a background job's)."""
 
-    async def unsaved(self, events: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Stops storing on its own and returns those of ``events`` it has not stored,
-        which the commit then stores (so none is written twice)."""
+    async def unsaved(self, events: Sequence[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        """Stops storing on its own and returns those of ``events`` (``(sequence_number,
+        json)``) it has not stored, which the commit then stores (so none is written
+        twice)."""
 
 
 @dataclass(frozen=True)

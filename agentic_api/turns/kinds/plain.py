@@ -23,7 +23,7 @@ async def run_plain_turn(run: TurnInProgress) -> Ending:
         if ours is not None:
             emit(ours)
 
-    failure = await upstream_round(run, run.turn.body, relay_as_is)
+    failure = await upstream_round(run, run.turn.body, relay_as_is, relays_as_is=True)
     if failure is not None:
         return failure
     upstream = relay.upstream_final or {}

@@ -106,7 +106,7 @@ async def run_threshold_compaction(run: TurnInProgress) -> Ending:
     turn, relay, emit = run.turn, run.relay, run.emit
     fields: dict[str, Any] = orjson.loads(turn.body)
     fields.pop("input", None)
-    window = compacted_window(turn.prompt_items)
+    window = compacted_window(turn.sent_prompt_items)
     summarized = await summarize(run, summary_body(fields, window, turn.request.max_output_tokens))
     if isinstance(summarized, ApiError):
         return summarized
@@ -119,7 +119,7 @@ async def run_threshold_compaction(run: TurnInProgress) -> Ending:
 
     relay.start_round(1)
     answer_body = render_body(fields, answer_window(to_item(item), window, turn.new_input))
-    failure = await upstream_round(run, answer_body, relay_as_is)
+    failure = await upstream_round(run, answer_body, relay_as_is, relays_as_is=True)
     if failure is not None:
         return failure
     upstream = relay.upstream_final or {}

@@ -35,7 +35,6 @@ _SENT_UPSTREAM = (
     "top_p",
     "top_logprobs",
     "text",
-    "reasoning",
     "truncation",
     "prompt_cache_key",
     "user",
@@ -56,6 +55,9 @@ def upstream_fields(
         value = getattr(request, name)
         if value is not None:
             fields[name] = value
+    reasoning = request.upstream_reasoning()
+    if reasoning is not None:
+        fields["reasoning"] = reasoning
     include = upstream_include(request.include)
     if include:
         # Only the values the upstream acts on; the rest are ours (wire/create_fields.py).
@@ -90,18 +92,22 @@ class AgenticContext:
 
     kv_retention_ttl_seconds: float | None = None
 
-    def render(self, lineage: ResponseLineage, request: CreateResponseRequest) -> str:
+    def render(
+        self, lineage: ResponseLineage, request: CreateResponseRequest, agent: str | None = None
+    ) -> str:
         # One program per session: forks of a chain share their session, hence its
         # program and its prefix; a chain has no parent program. Nothing here changes
         # from turn to turn of a session except ``expected_resume``, so a router that
-        # compares request bodies sees the same head every time.
+        # compares request bodies sees the same head every time. ``agent``: an agent of a
+        # multi-agent tree (turns/kinds/multi_agent/): the root's session stays the
+        # program, the agent is the task (and it will be back: it waits on others).
         resumes = bool(request.tools) and request.tool_choice != "none"
         context: dict[str, Any] = {
             "program_id": f"{lineage.session_id}:lead",
-            "task_id": lineage.session_id,
+            "task_id": lineage.session_id if agent is None else f"{lineage.session_id}{agent}",
             "session_id": lineage.session_id,
-            "agent_id": "lead",
-            "expected_resume": resumes,
+            "agent_id": "lead" if agent is None else agent,
+            "expected_resume": resumes or agent is not None,
         }
         if resumes and self.kv_retention_ttl_seconds is not None:
             context["kv_retention_ttl_seconds"] = self.kv_retention_ttl_seconds
@@ -121,13 +127,15 @@ def add_agentic_context(
     lineage: ResponseLineage,
     request: CreateResponseRequest,
     context: AgenticContext | None,
+    agent: str | None = None,
 ) -> None:
     if context is None:
         return
     xargs = fields.get("vllm_xargs")
     if xargs is not None and not isinstance(xargs, dict):
         return  # the client's malformed value goes as sent; the model server refuses it
-    fields["vllm_xargs"] = {**(xargs or {}), AGENTIC_CONTEXT: context.render(lineage, request)}
+    rendered = context.render(lineage, request, agent)
+    fields["vllm_xargs"] = {**(xargs or {}), AGENTIC_CONTEXT: rendered}
 
 
 def _drop_client_agentic_context(fields: dict[str, Any]) -> None:

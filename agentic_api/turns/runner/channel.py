@@ -28,12 +28,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
+
 _OPENED = object()
 _CLOSED = object()
 
-# An event as the turn published it, and its JSON: serialized once, for the client's
-# stream and the turn's stored events alike.
-Published = tuple[dict[str, Any], bytes]
+# An event as the turn published it: its type, its sequence number and its JSON (made
+# once, for the client's stream and the turn's stored events alike). Not the event as a
+# dict: a text delta is spliced as bytes (turns/runner/delta_splice.py) and never is one;
+# a reader that needs the dict (the WebSocket's) parses the JSON.
+Published = tuple[str, int, bytes]
 # Writes a batch of events to the reader's client if that does not wait; False if it
 # would (the client is slow, gone, or the response is not open for it).
 DirectWrite = Callable[[list[Published]], bool]
@@ -95,15 +99,16 @@ class TurnChannel:
     def failed_to_open(self, error: BaseException) -> None:
         self._put(error)
 
-    def publish(self, event: dict[str, Any], data: bytes) -> None:
-        """``data``: the event's JSON, serialized once by the turn for every reader."""
+    def publish(self, kind: str, sequence: int, data: bytes) -> None:
+        """An event of type ``kind`` numbered ``sequence``; ``data``: its JSON, made once by
+        the turn for every reader."""
         batch = self._batch
         if batch or (self._direct is not None and self._waiter is not None):
             if not batch and not self._flushed_by_publisher and self._loop is not None:
                 self._loop.call_soon(self._send_batch)
-            batch.append((event, data))
+            batch.append((kind, sequence, data))
             return
-        self._put((event, data))
+        self._put((kind, sequence, data))
 
     def _send_batch(self, directly: bool = True) -> None:
         batch = self._batch
@@ -162,8 +167,9 @@ class TurnChannel:
         assert first is _OPENED
 
     async def next_event(self) -> dict[str, Any] | None:
+        """The next event as a dict (parsed from its JSON); None once closed."""
         published = await self._next()
-        return None if published is None else published[0]
+        return None if published is None else orjson.loads(published[2])
 
     async def _next(self) -> Published | None:
         item: Any = self._end if self._end is not None else await self._get()

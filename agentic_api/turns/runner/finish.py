@@ -7,7 +7,7 @@ turn's single write — is ``commit_turn``, at the end of this module."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -123,11 +123,9 @@ async def complete_turn(
         final["prompt_cache_diagnostics"] = diagnostics
     terminal = relay.stamp(terminal_event(final))
     if turn.request.store:
-        stored_events = [*run.events, terminal] if turn.records_events else None
+        stored_events = [*run.events, as_stored(terminal)] if turn.records_events else None
         try:
-            await _commit_retrying_once(
-                services, run, final, model_output, stored_events, tokens, run.serialized
-            )
+            await _commit_retrying_once(services, run, final, model_output, stored_events, tokens)
         except (Conflict, NotFound) as refused:
             # A typed refusal (a conversation that moved on or was deleted, an
             # Idempotency-Key taken over) reaches the client as it is; the transaction
@@ -160,9 +158,8 @@ async def _commit_retrying_once(
     run: TurnInProgress,
     final: dict[str, Any],
     model_output: Sequence[Item],
-    events: list[dict[str, Any]] | None,
+    events: list[tuple[int, bytes]] | None,
     tokens: TokenRecord | None,
-    serialized: Mapping[int, bytes],
 ) -> None:
     """Commits the turn; a failure that proves nothing was written (a lock never granted,
     a transaction the database aborted) is retried once."""
@@ -178,7 +175,6 @@ async def _commit_retrying_once(
                 histories=services.histories,
                 hooks=run.hooks,
                 tokens=tokens,
-                serialized=serialized,
             )
             return
         except Exception as exc:
@@ -235,11 +231,10 @@ async def _recorded(
             turn,
             final,
             [],
-            [*run.events, error, terminal] if turn.records_events else None,
+            [*run.events, as_stored(error), as_stored(terminal)] if turn.records_events else None,
             histories=run.services.histories,
             hooks=run.hooks,
             failure=failure.body()["error"],
-            serialized=run.serialized,
         )
     except ApiError as refused:  # the database's state (busy, lost, full): said once
         log.warning(
@@ -250,6 +245,12 @@ async def _recorded(
         log.exception("could not record the failed response", response_id=turn.response_id)
         return False
     return True
+
+
+def as_stored(event: dict[str, Any]) -> tuple[int, bytes]:
+    """An event not published yet (the terminal one, committed before it is sent), as the
+    turn's stored events hold it."""
+    return (event["sequence_number"], orjson.dumps(event))
 
 
 # The turn's single write: response row, items, stored stream and (in a conversation)
@@ -330,18 +331,17 @@ async def commit_turn(
     turn: PreparedTurn,
     final: dict[str, Any],
     output: Sequence[Item],
-    events: Sequence[dict[str, Any]] | None,
+    events: Sequence[tuple[int, bytes]] | None,
     *,
     histories: VerifiedHistories,
     hooks: CommitHooks = NO_HOOKS,
     tokens: TokenRecord | None = None,
     failure: dict[str, Any] | None = None,
-    serialized: Mapping[int, bytes] | None = None,
 ) -> None:
     """Stores the turn; once committed, its history is kept in ``histories``.
     ``hooks``: what whoever runs the turn attached to its commit (turns/data/commit_steps.py).
     ``tokens``: its token artifact and reuse account (turns/runner/tokens.py), stored with it.
-    ``serialized``: the JSON the turn's events were published with, by ``id``.
+    ``events``: ``(sequence_number, json)``, the JSON each was (or will be) published with.
     ``failure``: for a failed turn, our error as the client got it (its own code, e.g.
     ``commit_failed``), kept in the row's ``error`` so a keyed retry answers the same
     error; the Response object's ``error`` carries only a code OpenAI's schema allows."""
@@ -358,12 +358,7 @@ async def commit_turn(
             artifact = tokens.artifact
         if events and hooks.event_log is not None:
             events = await hooks.event_log.unsaved(events)
-        # The JSON each event was published with (turns/runner/in_progress.py), by id; an event
-        # never published yet (the terminal one, committed before it is sent) is serialized here.
-        known = serialized or {}
-        stored_events: list[EventJson] = [
-            (e["sequence_number"], known.get(id(e)) or orjson.dumps(e)) for e in events or ()
-        ]
+        stored_events = list(events or ())
         touches_only_itself = (
             row.conversation_position is None and turn.reservation is None and not hooks.steps
         )

@@ -26,13 +26,17 @@ from agentic_api.turns.data.prepared import PreparedTurn
 from agentic_api.turns.data.token_plan import TokenPlan
 from agentic_api.turns.prepare.render import streams_upstream
 from agentic_api.turns.runner.channel import TurnChannel
+from agentic_api.turns.runner.injections import Injections
 from agentic_api.turns.runner.placing import RoundPlacer
-from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.turns.runner.relay import TEXT_DELTA, StreamRelay
 from agentic_api.wire.items import Item
 from agentic_api.wire.reasoning_seal import wants_sealed_reasoning
 from agentic_api.wire.response_object import open_sampling
 
 Emit = Callable[[dict[str, Any]], None]
+# Emits a text delta given as its JSON and sequence number (spliced by the relay,
+# ``turns/runner/delta_splice.py``).
+EmitJson = Callable[[bytes, int], None]
 
 
 class TurnInProgress:
@@ -44,8 +48,12 @@ class TurnInProgress:
         *,
         hooks: CommitHooks = NO_HOOKS,
         tokens: TokenPlan | None = None,
+        injections: Injections | None = None,
     ) -> None:
         self.services = services
+        # Where the client's tool outputs arrive while the turn runs (the beta
+        # WebSocket's response.inject); None where the client cannot inject.
+        self.injections = injections
         self.turn = turn
         self.channel = channel
         # Set by whoever runs the turn: work that commits with it, and where its events
@@ -81,15 +89,12 @@ class TurnInProgress:
             history_items=len(turn.history),
             streaming=channel is not None,
         )
-        # The events stored with the turn (when its stream is stored), and the JSON each
-        # was published with (by id: every one of them is held by ``events``), so the
-        # commit does not serialize them a second time.
-        self.events: list[dict[str, Any]] = []
-        self.serialized: dict[int, bytes] = {}
-        self.emit = _emitter(
-            self.meter,
-            (self.events, self.serialized) if turn.records_events else None,
-            channel,
+        # The events stored with the turn (when its stream is stored), as published:
+        # ``(sequence_number, json)``, the JSON the client got, so the commit stores them
+        # as they are.
+        self.events: list[tuple[int, bytes]] = []
+        self.emit, self.emit_json = _emitters(
+            self.meter, self.events if turn.records_events else None, channel
         )
         # The client's stream has started (channel.opened() was sent): it can no longer
         # be answered with a plain HTTP error.
@@ -158,28 +163,39 @@ class TurnInProgress:
             self.meter.upstream_done()
 
 
-def _emitter(
-    meter: TurnMeter,
-    stored: tuple[list[dict[str, Any]], dict[int, bytes]] | None,
-    channel: TurnChannel | None,
-) -> Emit:
+def _emitters(
+    meter: TurnMeter, stored: list[tuple[int, bytes]] | None, channel: TurnChannel | None
+) -> tuple[Emit, EmitJson]:
+    """``emit`` takes an event (stamped); ``emit_json`` the JSON of a text delta the relay
+    spliced (``turns/runner/delta_splice.py``), after the delta it was learned from, so
+    never the first token, and always its type and sequence number, which it is given
+    with."""
     # Every event of the turn passes here: a closure over what it needs, no lookups. Its
-    # JSON is made once, here, for the client's stream and the stored events alike.
+    # JSON is made once, here (or by the relay), for the client's stream and the stored
+    # events alike.
     if stored is None and channel is None:
 
         def count(event: dict[str, Any]) -> None:
             meter.event(event)
 
-        return count
-    events, serialized = stored if stored is not None else (None, None)
+        def count_json(data: bytes, sequence: int) -> None:
+            pass
+
+        return count, count_json
 
     def emit(event: dict[str, Any]) -> None:
         meter.event(event)
         data = orjson.dumps(event)
-        if events is not None and serialized is not None:
-            events.append(event)
-            serialized[id(event)] = data
+        sequence: int = event["sequence_number"]
+        if stored is not None:
+            stored.append((sequence, data))
         if channel is not None:
-            channel.publish(event, data)
+            channel.publish(event["type"], sequence, data)
 
-    return emit
+    def emit_json(data: bytes, sequence: int) -> None:
+        if stored is not None:
+            stored.append((sequence, data))
+        if channel is not None:
+            channel.publish(TEXT_DELTA, sequence, data)
+
+    return emit, emit_json

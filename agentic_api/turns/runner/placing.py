@@ -208,9 +208,14 @@ class RoundPlacer:
             log.warning(
                 "replica ejected", replica=decision.replica, cause="refused", seconds=seconds
             )
+        if self.failed_over:
+            # Refused on two replicas, the first perhaps after the model had started: an
+            # Idempotency-Key records this refusal as its outcome, so a retry of the key
+            # answers it and never places the round again.
+            error.after_model = True
+            return None
         if (
-            self.failed_over
-            or isinstance(error, UpstreamInterrupted)  # it reached the model: never twice
+            isinstance(error, UpstreamInterrupted)  # it reached the model: never twice
             or error.status_code < 500
             or error.code in _NOT_RETRIED
         ):

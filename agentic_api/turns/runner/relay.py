@@ -89,6 +89,16 @@ class StreamRelay:
         self._next_sequence += 1
         return event
 
+    def next_sequence(self) -> int:
+        """Takes the next sequence number, for an event stamped as bytes."""
+        number = self._next_sequence
+        self._next_sequence += 1
+        return number
+
+    def shown_item_id(self, index: int) -> str | None:
+        """Our id of this round's item ``index``, once an event about it was relayed."""
+        return self._ids_by_index.get(index)
+
     def release(self, event: dict[str, Any]) -> None:
         """Gives back the number of the last stamped event when it will not be sent, so
         the stream's sequence numbers stay contiguous."""
@@ -203,18 +213,11 @@ class StreamRelay:
         our_id = self._ids_by_index.get(index)
         if our_id is None:
             return None
-        ours = event.copy()
-        ours.pop("sequence_number", None)
         upstream_id = event.get("item_id")
         if isinstance(upstream_id, str):
             self._index_by_upstream_id.setdefault(upstream_id, index)
-        if "item_id" in ours:
-            ours["item_id"] = our_id
-        ours["output_index"] = index + self.offset
-        if not isinstance(ours.get("logprobs"), list):
-            ours["logprobs"] = []
         self.first_token_seen = True
-        return ours
+        return ours_for_delta(event, our_id, index + self.offset)
 
     def _id_for(self, index: int, item_type: Any, upstream_id: Any) -> str:
         if index not in self._ids_by_index:
@@ -239,3 +242,16 @@ class StreamRelay:
         """A finished output item, as it is shown and stored."""
         shown = output_item(item)
         return sealed_reasoning(shown) if self.seal_reasoning else shown
+
+
+def ours_for_delta(event: dict[str, Any], our_id: str, output_index: int) -> dict[str, Any]:
+    """Our version of a text delta of a shown item (unstamped): the upstream's members in
+    their order, our item id and output index in place, logprobs always a list."""
+    ours = event.copy()
+    ours.pop("sequence_number", None)
+    if "item_id" in ours:
+        ours["item_id"] = our_id
+    ours["output_index"] = output_index
+    if not isinstance(ours.get("logprobs"), list):
+        ours["logprobs"] = []
+    return ours

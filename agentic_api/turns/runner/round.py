@@ -27,9 +27,10 @@ from opentelemetry.trace import SpanKind
 
 from agentic_api import tracing
 from agentic_api.errors import ApiError, UpstreamError
+from agentic_api.turns.runner.delta_splice import DeltaTemplate
 from agentic_api.turns.runner.in_progress import TurnInProgress
 from agentic_api.turns.runner.placing import answered_tokens
-from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.turns.runner.relay import TEXT_DELTA, StreamRelay
 from agentic_api.upstream.client import UpstreamClient
 from agentic_api.upstream.errors import UpstreamInterrupted
 from agentic_api.upstream.sse import SseEvent
@@ -37,12 +38,18 @@ from agentic_api.wire.upstream_answer import EventCheck, final_problem, surely_s
 
 
 async def upstream_round(
-    run: TurnInProgress, body: bytes, on_event: Callable[[dict[str, Any]], None]
+    run: TurnInProgress,
+    body: bytes,
+    on_event: Callable[[dict[str, Any]], None],
+    *,
+    relays_as_is: bool = False,
 ) -> ApiError | None:
     """Sends ``body`` and returns once the round's answer is whole: None when it is well
     formed (the relay then holds its final object), else the failure to store. ``on_event``
-    gets each streamed event (it relays what the client should see). Raises the refusal
-    (see the module)."""
+    gets each streamed event (it relays what the client should see). ``relays_as_is``:
+    ``on_event`` emits every event as ``StreamRelay.translate`` makes it, so a text delta
+    may skip it and be spliced as bytes (``turns/runner/delta_splice.py``). Raises the
+    refusal (see the module)."""
     model = run.turn.request.model
     with tracing.span(f"chat {model}", kind=SpanKind.CLIENT) as traced:
         tracing.record_request(
@@ -53,18 +60,13 @@ async def upstream_round(
         target = await run.placer.target()
         while True:
             try:
-                failure = await _round(run, target.client, body, on_event, headers)
+                failure = await _round(run, target.client, body, on_event, headers, relays_as_is)
                 break
             except ApiError as exc:
                 # Refused before any byte reached the client: once per turn, the rule's
                 # next-best replica (turns/runner/placing.py).
                 retry = run.placer.after_refusal(target, exc)
                 if retry is None:
-                    if run.placer.failed_over:
-                        # Refused on two replicas, the first perhaps after the model had
-                        # started: an Idempotency-Key records this refusal as its outcome,
-                        # so a retry of the key answers it and never places the round again.
-                        exc.after_model = True
                     raise
                 target = retry
         if failure is None:
@@ -79,6 +81,7 @@ async def _round(
     body: bytes,
     on_event: Callable[[dict[str, Any]], None],
     headers: Mapping[str, str],
+    relays_as_is: bool,
 ) -> ApiError | None:
     relay = run.relay
     failure: ApiError | None = None
@@ -90,7 +93,8 @@ async def _round(
                 run.accepted()
                 run.show_start_early()
                 with run.events_batched() as flush:
-                    failure = await pump(stream.event_batches(), relay, on_event, flush)
+                    spliced = run.emit_json if relays_as_is else None
+                    failure = await pump(stream.event_batches(), relay, on_event, flush, spliced)
         except ApiError as exc:
             if not accepted and not run.begun:
                 raise
@@ -117,16 +121,26 @@ async def pump(
     relay: StreamRelay,
     handle: Callable[[dict[str, Any]], None],
     flush: Callable[[], None] | None = None,
+    spliced: Callable[[bytes, int], None] | None = None,
 ) -> ApiError | None:
     """Feeds each decoded upstream event to ``handle`` until the upstream's terminal
     event or error (which the relay keeps); returns the transport's failure, if any.
     ``flush`` is called after each batch (what one socket read brought): the events
-    ``handle`` published for it go to the client together."""
+    ``handle`` published for it go to the client together. ``spliced``: ``handle``
+    relays every event as is; a text delta that matches the last one's template
+    (``turns/runner/delta_splice.py``) goes there instead, as our JSON and its sequence
+    number."""
     problem_of = EventCheck().problem
+    template: DeltaTemplate | None = None
     try:
         async for batch in upstream_batches:
             for sse in batch:
                 data = sse.data
+                if template is not None and spliced is not None:
+                    ours = template.splice(data, relay)
+                    if ours is not None:
+                        spliced(*ours)
+                        continue
                 if data == b"[DONE]":
                     return None
                 try:
@@ -137,6 +151,8 @@ async def pump(
                 if problem is not None:
                     return invalid_answer(problem)
                 handle(parsed)
+                if spliced is not None and parsed["type"] == TEXT_DELTA:
+                    template = DeltaTemplate.learn(data, parsed, relay) or template
                 if relay.upstream_final is not None or relay.upstream_error is not None:
                     return None
             if flush is not None:

@@ -11,11 +11,16 @@ from agentic_api.operator.handlers.admin.token_account import account_view
 from agentic_api.operator.queries.admin import AdminRepository
 from agentic_api.operator.shapes.admin import (
     MAX_DESCENDANTS,
+    AdminAgentAccounts,
     AdminLineage,
     AdminTokenAccount,
+    AgentAccount,
+    AgentRoundView,
+    FirstRequestReuse,
     TokenArtifactInfo,
 )
 from agentic_api.runtime import Runtime
+from agentic_api.storage.agent_rounds import AgentRound, AgentRoundRepository
 
 
 def _response_not_found(response_id: str) -> NotFound:
@@ -68,3 +73,54 @@ async def token_account(services: Runtime, response_id: str) -> AdminTokenAccoun
             created_at=int(artifact.created_at.timestamp()),
         ),
     )
+
+
+async def agent_accounts(services: Runtime, response_id: str) -> AdminAgentAccounts:
+    """Each agent's token account of a multi-agent response, from its stored rounds."""
+    async with services.db.read() as session:
+        chain = await AdminRepository(session).ancestors(response_id)
+        if not chain:
+            raise _response_not_found(response_id)
+        turn = chain[-1]
+        rounds = await AgentRoundRepository(session).for_response(turn.tenant_id, turn.id)
+    return AdminAgentAccounts(
+        response_id=turn.id, tenant_id=turn.tenant_id, agents=accounts_of(rounds)
+    )
+
+
+def accounts_of(rounds: list[AgentRound]) -> list[AgentAccount]:
+    """The agents' accounts from their rounds (root first: names sort parents first)."""
+    by_agent: dict[str, list[AgentRound]] = {}
+    for one in rounds:
+        by_agent.setdefault(one.agent_name, []).append(one)
+    agents: list[AgentAccount] = []
+    for name, own in sorted(by_agent.items()):
+        first = own[0]
+        reuse = None
+        if first.expected_cached is not None and first.shared_prefix_tokens is not None:
+            reuse = FirstRequestReuse(
+                shared_prefix_tokens=first.shared_prefix_tokens,
+                expected_cached=first.expected_cached,
+                measured_cached=first.cached_tokens,
+                hit=first.cached_tokens >= first.expected_cached,
+            )
+        agents.append(
+            AgentAccount(
+                agent_name=name,
+                parent_agent=first.parent_agent,
+                input_tokens=sum(r.input_tokens for r in own),
+                cached_tokens=sum(r.cached_tokens for r in own),
+                output_tokens=sum(r.output_tokens for r in own),
+                first_request=reuse,
+                rounds=[
+                    AgentRoundView(
+                        round=r.round,
+                        input_tokens=r.input_tokens,
+                        cached_tokens=r.cached_tokens,
+                        output_tokens=r.output_tokens,
+                    )
+                    for r in own
+                ],
+            )
+        )
+    return agents

@@ -1,15 +1,18 @@
-"""One response: its turn (explained against its parent), its token account and its
-stored input and output items, paged."""
+"""One response: its turn (explained against its parent), its token account, a
+multi-agent response's tree of agents with each one's account, and its stored input and
+output items, paged."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentic_api.operator.handlers.admin.lineage import accounts_of
 from agentic_api.operator.handlers.admin.timeline import present_turn
 from agentic_api.operator.queries.admin import AdminRepository
 from agentic_api.operator.queries.console import ConsoleRepository, ItemRecord
-from agentic_api.operator.shapes.admin import AdminTurn
+from agentic_api.operator.shapes.admin import AdminTurn, AgentAccount
 from agentic_api.runtime import Runtime
+from agentic_api.storage.agent_rounds import AgentRoundRepository
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class ResponseDetail:
     artifact_tokens: tuple[int, int] | None
     items: list[ItemRecord]
     has_more: bool
+    # A multi-agent response's tree: each agent's token account (empty for any other).
+    agents: list[AgentAccount]
 
 
 async def response_detail(
@@ -40,6 +45,7 @@ async def response_detail(
         artifact = await AdminRepository(session).token_artifact(response_id)
         latency = (await repo.latencies([response_id])).get(response_id)
         items = list(await repo.items(response_id, after_position=after_position, limit=limit))
+        rounds = await AgentRoundRepository(session).for_response(turn.tenant_id, response_id)
     return ResponseDetail(
         tenant_id=turn.tenant_id,
         session_id=turn.session_id,
@@ -51,4 +57,5 @@ async def response_detail(
         else (artifact.prompt_count, artifact.output_count),
         items=items[:limit],
         has_more=len(items) > limit,
+        agents=accounts_of(rounds),
     )

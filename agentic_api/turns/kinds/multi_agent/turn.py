@@ -1,0 +1,159 @@
+"""A multi-agent response (the hosted multi-agent beta): the root agent's loop, the tree it
+grows, and how the response ends.
+
+The root agent is the response's own model: its rounds are the response's rounds (its
+token plan and account are the response's), and what it saw is what is stored and
+replayed: its prompt, its output, each action's ``function_call`` and
+``function_call_output``, as for a turn that runs tools. The client's ``output`` is the
+whole tree's, in the order things happened, every item carrying its agent's name. The
+response's ``usage`` counts every agent's rounds.
+
+When the root answers without an action (or calls a client function), the response
+waits for its subagents still running to finish their tasks (their items and answers are
+shown), then ends. Past the wall time
+(``AGENTIC_MULTI_AGENT_MAX_SECONDS``) the tree stops and the response fails with code
+``multi_agent_time_limit``. A cancelled response (a background cancel, a client that
+leaves with ``AGENTIC_STREAM_DISCONNECT=cancel``) cancels every agent's task with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from agentic_api.errors import ApiError
+from agentic_api.storage.agent_rounds import AgentRound, AgentRoundRepository
+from agentic_api.storage.models import Response
+from agentic_api.turns.data.commit_steps import CommitHooks
+from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD
+from agentic_api.turns.kinds.multi_agent.actions import TOOLS
+from agentic_api.turns.kinds.multi_agent.loop import AgentLoop
+from agentic_api.turns.kinds.multi_agent.tree import Agent, Tree
+from agentic_api.turns.prepare.render import (
+    add_agentic_context,
+    agentic_context_of,
+    upstream_fields,
+)
+from agentic_api.turns.runner.finish import Completion, Ending
+from agentic_api.turns.runner.in_progress import TurnInProgress
+from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.wire.mcp import item_added, item_done
+from agentic_api.wire.multi_agent import DEFAULT_MAX_CONCURRENT_SUBAGENTS, ROOT_AGENT
+
+
+async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
+    turn, settings = run.turn, run.services.settings
+    config = turn.request.multi_agent
+    max_concurrent = config.max_concurrent_subagents if config else DEFAULT_MAX_CONCURRENT_SUBAGENTS
+    output: list[dict[str, Any]] = []
+
+    def publish(item: dict[str, Any]) -> None:
+        index = len(output)
+        output.append(item)
+        run.emit(run.relay.stamp(item_added(index, item)))
+        run.emit(run.relay.stamp(item_done(index, item)))
+
+    tree = Tree(settings, max_concurrent, publish, run.tokens.block_size if run.tokens else None)
+    injections = run.injections
+    if injections is not None:
+
+        def acknowledge() -> None:
+            # In the response's own stream, so its sequence numbers stay contiguous.
+            run.emit(
+                run.relay.stamp(
+                    {"type": "response.inject.created", "response_id": turn.response_id}
+                )
+            )
+
+        injections.on_accepted = acknowledge
+    fields = _shared_fields(run)
+    # A tool choice that forces a call applies to the root's first round only: applied to
+    # every round (and every subagent, which shares the fields) it would never let an
+    # agent answer. The choice is not part of the rendered prompt, so the prefix each
+    # subagent shares with its parent is the same either way.
+    forces = fields.get("tool_choice") == "required" or isinstance(fields.get("tool_choice"), dict)
+    later = {**fields, "tool_choice": "auto"} if forces else fields
+    context = agentic_context_of(settings)
+
+    def fields_for(agent: Agent) -> dict[str, Any]:
+        own = fields if agent.parent is None and agent.rounds == 1 else later
+        if context is None:
+            return own
+        own = dict(own)
+        add_agentic_context(own, turn.lineage, turn.request, context, agent.name)
+        return own
+
+    loop = AgentLoop(run, tree, fields_for)
+
+    def start(agent: Agent) -> None:
+        if agent.relay is None:
+            agent.relay = StreamRelay(turn.base)
+        agent.task = asyncio.ensure_future(loop.run_subagent(agent))
+
+    tree.start = start
+    root = Agent(name=ROOT_AGENT, parent=None, depth=0, items=turn.sent_prompt_items)
+    root.relay = run.relay
+    tree.add(root)
+    prompt_length = len(root.items)
+    try:
+        async with asyncio.timeout(settings.multi_agent_max_seconds):
+            outcome = await loop.rounds(root)
+            if not isinstance(outcome, ApiError):
+                # The response ends when the whole tree has: work under way is finished
+                # and shown, not thrown away (a root that wants it stopped interrupts it).
+                await tree.settle()
+    except TimeoutError:
+        outcome = ApiError(
+            f"The multi-agent response took longer than {settings.multi_agent_max_seconds:g} "
+            "seconds, the most this server allows (AGENTIC_MULTI_AGENT_MAX_SECONDS).",
+            status_code=500,
+            error_type="server_error",
+            code="multi_agent_time_limit",
+        )
+    finally:
+        # However the root ended (or was cancelled), no subagent outlives the response.
+        await tree.stop_all()
+    if isinstance(outcome, ApiError):
+        return outcome
+    _store_rounds_with_the_response(run, tree.rounds)
+    return Completion(
+        status="incomplete" if outcome == "incomplete" else "completed",
+        output=output,
+        model_output=root.items[prompt_length:],
+        usage=tree.usage,
+        upstream=run.relay.upstream_final or {},
+        incomplete_details=(run.relay.upstream_final or {}).get("incomplete_details")
+        if outcome == "incomplete"
+        else None,
+    )
+
+
+def _shared_fields(run: TurnInProgress) -> dict[str, Any]:
+    """The fields every agent's request shares: the client's request as rendered for the
+    upstream, non-streamed (the tree shows items as they are decided), with the six
+    actions after the client's tools."""
+    turn = run.turn
+    fields = upstream_fields(
+        turn.request,
+        cache_salt=turn.caller.cache_salt,
+        session_id=turn.lineage.session_id,
+        tags=turn.tags,
+    )
+    fields["stream"] = False
+    fields["tools"] = [*(fields.get("tools") or ()), *TOOLS]
+    tokens = run.tokens
+    if tokens is not None and tokens.asked:
+        fields.update(TOKEN_IDS_FIELD)
+    return fields
+
+
+def _store_rounds_with_the_response(run: TurnInProgress, rounds: list[AgentRound]) -> None:
+    """Every agent's rounds (its token account) are written in the response's commit."""
+
+    async def store(session: AsyncSession, row: Response) -> None:
+        await AgentRoundRepository(session).insert(row.tenant_id, row.id, rounds)
+
+    hooks = run.hooks
+    run.hooks = CommitHooks(steps=(*hooks.steps, store), event_log=hooks.event_log)
