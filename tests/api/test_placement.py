@@ -404,3 +404,58 @@ def test_one_upstream_url_is_used_as_before(
             )
         message = sim.last("/v1/messages")
         assert message.headers["session-id"] == message.headers["x-session-id"]
+
+
+def test_a_multi_agent_tree_is_placed_with_its_root(
+    backend: str, fresh_db: str, sims: list[SimServer], names: list[str], tmp_path: Path
+) -> None:
+    """Every agent of a multi-agent tree carries the root's session: the whole tree goes
+    to the root's replica (its home, then where its prefix lives), round after round."""
+    with placing_gateway(
+        backend,
+        fresh_db,
+        sims,
+        names,
+        tmp_path,
+        router_agentic_context=True,
+        multi_agent_max_depth=1,
+    ) as gateway:
+        # Both simulators are scripted alike: the tree's rounds are answered wherever they go.
+        for sim in sims:
+            sim.push_for(
+                "/root",
+                ToolCalls(
+                    [
+                        Call("spawn_agent", {"task_name": "alpha", "message": "Find A."}),
+                        Call("spawn_agent", {"task_name": "beta", "message": "Find B."}),
+                    ]
+                ),
+                ToolCalls([Call("wait_agent", {})]),
+                Reply("A is 1 and B is 2."),
+            )
+            sim.push_for("/root/alpha", Reply("A is 1."))
+            sim.push_for("/root/beta", Reply("B is 2."))
+        betas: Any = ["responses_multi_agent=v1"]
+        # Homed on the replica that is not the first configured (where every round would
+        # go if the tree's rounds were not placed).
+        conversation = gateway.conversation(home=names[1])
+        tree = gateway.client.beta.responses.create(
+            model="sim-model",
+            conversation=conversation.id,
+            instructions="You lead a small team. Split the work, wait for it, then answer.",
+            input=words("values", 40),
+            multi_agent={"enabled": True, "max_concurrent_subagents": 2},
+            betas=betas,
+        )
+        assert tree.status == "completed"
+        rounds = [r for sim in sims for r in sim.requests("/v1/responses")]
+        assert len(rounds) == 5  # the root's three, one each for alpha and beta
+        assert {r.json["session_id"] for r in rounds} == {conversation.id}
+        assert served(sims[1], conversation.id) == 5
+        assert metric("agentic_placements_total", replica=names[1], reason="home") >= 1
+        placed = sum(
+            metric("agentic_placements_total", replica=name, reason=reason)
+            for name in names
+            for reason in ("home", "resident_prefix", "spill_load", "failover")
+        )
+        assert placed == 5
