@@ -71,6 +71,10 @@ class Agent:
     # that spawned it, when the upstream reports them: its first request's expected reuse.
     last_prompt: array[int] | None = None
     parent_prompt: array[int] | None = None
+    # A subagent's own stored response (minted at its spawn, stored with the response
+    # whose tree it belongs to), and how many of its items it started with.
+    response_id: str | None = None
+    started_with: int = 0
     task: asyncio.Task[None] | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -215,11 +219,13 @@ class Tree:
         child.parent_prompt = parent.last_prompt
         # The parent's prompt as its last round sent it, then the task.
         child.items = [*parent.sent, user_message(task_message(child, spawn.message))]
+        child.started_with = len(child.items)
+        child.response_id = mint_id(IdKind.RESPONSE)
         self.spawned += 1
         self.add(child)
         self.publish(agent_message_item(parent.name, name, spawn.message))
         self.start(child)
-        return _json({"agent_name": name, "status": child.status})
+        return _json({"agent_name": name, "status": child.status, "response_id": child.response_id})
 
     async def _wait(self, agent: Agent, wait: Wait) -> str:
         if wait.targets is None:

@@ -24,11 +24,12 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentic_api.errors import ApiError
-from agentic_api.storage.agent_rounds import AgentRound, AgentRoundRepository
+from agentic_api.storage.agent_rounds import AgentRoundRepository
 from agentic_api.storage.models import Response
 from agentic_api.turns.data.commit_steps import CommitHooks
 from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD
 from agentic_api.turns.kinds.multi_agent.actions import TOOLS
+from agentic_api.turns.kinds.multi_agent.branches import store_subagents
 from agentic_api.turns.kinds.multi_agent.loop import AgentLoop
 from agentic_api.turns.kinds.multi_agent.tree import Agent, Tree
 from agentic_api.turns.prepare.render import (
@@ -117,7 +118,7 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
         await tree.stop_all()
     if isinstance(outcome, ApiError):
         return outcome
-    _store_rounds_with_the_response(run, tree.rounds)
+    _store_with_the_response(run, tree)
     return Completion(
         status="incomplete" if outcome == "incomplete" else "completed",
         output=output,
@@ -149,11 +150,14 @@ def _shared_fields(run: TurnInProgress) -> dict[str, Any]:
     return fields
 
 
-def _store_rounds_with_the_response(run: TurnInProgress, rounds: list[AgentRound]) -> None:
-    """Every agent's rounds (its token account) are written in the response's commit."""
+def _store_with_the_response(run: TurnInProgress, tree: Tree) -> None:
+    """Every agent's rounds (its token account) and every subagent's own response
+    (branches.py) are written in the response's commit."""
+    turn = run.turn
 
     async def store(session: AsyncSession, row: Response) -> None:
-        await AgentRoundRepository(session).insert(row.tenant_id, row.id, rounds)
+        await AgentRoundRepository(session).insert(row.tenant_id, row.id, tree.rounds)
+        await store_subagents(session, turn, row, tree.subagents())
 
     hooks = run.hooks
     run.hooks = CommitHooks(steps=(*hooks.steps, store), event_log=hooks.event_log)
