@@ -8,7 +8,8 @@ sends it where that turn will go. Nothing it does is stored."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import aiohttp
 
@@ -108,10 +109,15 @@ class KeepWarmLoop:
         return True
 
     def _tokens_of(self, pause: Pause) -> Sequence[int] | None:
+        if pause.warm is not None:
+            return pause.tokens  # an agent waiting inside a running tree
         kept = self.services.artifacts.get(pause.tenant_id, pause.response_id)
         return None if kept is None else kept.prompt + kept.output
 
     async def _rewarm(self, pause: Pause, rewarm: Rewarm) -> None:
+        if pause.warm is not None:
+            await self._rewarm_waiting(pause, pause.warm, rewarm)
+            return
         request = continuation_prewarm(pause.request, pause.response_id)
         try:
             # The tenant as it is now, not as it was at the pause: a disabled tenant gets no
@@ -119,7 +125,7 @@ class KeepWarmLoop:
             # the new salt) will read. A purged response fails in prepare_turn (not found).
             tenant = await active_tenant(self.services, pause.tenant_id)
             if tenant is None:
-                self.policy.forget(pause.session_id)
+                self.policy.forget(pause.key)
                 self.policy.ended(rewarm, "cancelled", "the tenant is disabled or gone")
                 return
             caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
@@ -133,3 +139,19 @@ class KeepWarmLoop:
             log.warning("keep-warm re-warm failed", session_id=pause.session_id, error=exc.code)
             return
         self.policy.finished(rewarm, done.response["usage"])
+
+    async def _rewarm_waiting(
+        self, pause: Pause, warm: Callable[[], Awaitable[dict[str, Any]]], rewarm: Rewarm
+    ) -> None:
+        """An agent waiting inside a running tree: its own turn sends its prefix (the tree
+        runs for a tenant that was active when it started, under its salt then)."""
+        try:
+            usage = await warm()
+        except asyncio.CancelledError:
+            self.policy.ended(rewarm, "cancelled", "the agent went on first")
+            raise
+        except ApiError as exc:
+            self.policy.ended(rewarm, "failed", exc.message)
+            log.warning("keep-warm re-warm failed", session_id=pause.session_id, error=exc.code)
+            return
+        self.policy.finished(rewarm, usage)

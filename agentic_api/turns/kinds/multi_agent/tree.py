@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from array import array
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -133,6 +133,10 @@ class Tree:
         self.agents: dict[str, Agent] = {}
         self.spawned = 0
         self.start: Callable[[Agent], None] = lambda agent: None
+        # While an agent waits on running subagents (keep-warm pauses it: waits.py), and
+        # each agent's round as it is counted (its cached tokens).
+        self.waiting: Callable[[Agent], AbstractContextManager[None]] = lambda agent: nullcontext()
+        self.counted: Callable[[Agent, int], None] = lambda agent, cached: None
         self.usage: dict[str, Any] = empty_usage()
 
     def add(self, agent: Agent) -> None:
@@ -164,6 +168,7 @@ class Tree:
             expected = shared // self.block_size * self.block_size
         agent.last_prompt = prompt
         details = usage.get("input_tokens_details") or {}
+        self.counted(agent, int(details.get("cached_tokens") or 0))
         self.rounds.append(
             AgentRound(
                 agent_name=agent.name,
@@ -239,7 +244,8 @@ class Tree:
         if running:
             timeout = None if wait.timeout_ms is None else wait.timeout_ms / 1000
             waits = [asyncio.ensure_future(w) for w in running]
-            _, pending = await asyncio.wait(waits, timeout=timeout)
+            with self.waiting(agent):
+                _, pending = await asyncio.wait(waits, timeout=timeout)
             for left in pending:
                 left.cancel()
             timed_out = bool(pending)

@@ -32,6 +32,7 @@ from agentic_api.turns.kinds.multi_agent.actions import TOOLS
 from agentic_api.turns.kinds.multi_agent.branches import store_subagents
 from agentic_api.turns.kinds.multi_agent.loop import AgentLoop
 from agentic_api.turns.kinds.multi_agent.tree import Agent, Tree
+from agentic_api.turns.kinds.multi_agent.waits import WaitsKeptWarm
 from agentic_api.turns.prepare.render import (
     add_agentic_context,
     agentic_context_of,
@@ -87,6 +88,11 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
         return own
 
     loop = AgentLoop(run, tree, fields_for)
+    policy = run.services.keep_warm
+    if policy is not None:
+        # An agent waiting on its subagents is a paused session (waits.py).
+        waits = WaitsKeptWarm(run, tree, policy, fields_for)
+        tree.waiting, tree.counted = waits.waiting, waits.after_round
 
     def start(agent: Agent) -> None:
         if agent.relay is None:
