@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from openai import NotFoundError, OpenAI
+from openai import NotFoundError
 
 from tests.api.test_multi_agent_tree import (
     ALPHA,
@@ -89,7 +89,7 @@ def test_each_subagent_is_a_stored_response_that_continues(
     assert alpha.usage is not None and alpha.usage.input_tokens > 0
     # What it saw after the last checkpoint: the root's input, then its task.
     seen = [i.model_dump() for i in client.responses.input_items.list(ids[ALPHA], order="asc")]
-    assert [text_of(i) for i in seen][0] == QUESTION
+    assert text_of(seen[0]) == QUESTION
     assert text_of(seen[-1]).startswith(f"You are the subagent {ALPHA}, started by {ROOT}.")
     assert len(seen) == 2
 

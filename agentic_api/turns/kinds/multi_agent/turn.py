@@ -73,14 +73,28 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
     fields = _shared_fields(run)
     # A tool choice that forces a call applies to the root's first round only: applied to
     # every round (and every subagent, which shares the fields) it would never let an
-    # agent answer. The choice is not part of the rendered prompt, so the prefix each
-    # subagent shares with its parent is the same either way.
-    forces = fields.get("tool_choice") == "required" or isinstance(fields.get("tool_choice"), dict)
+    # agent answer. One that forces spawn_agent asks the root to delegate: it applies to
+    # the root's rounds until it has started max_concurrent_subagents subagents (as many
+    # as may run at once; a model that makes one call per round then still starts them
+    # all), bounded by the rounds limit. The choice is not part of the rendered prompt,
+    # so the prefix each subagent shares with its parent is the same either way.
+    choice = fields.get("tool_choice")
+    forces = choice == "required" or isinstance(choice, dict)
+    forces_spawn = isinstance(choice, dict) and choice.get("name") == "spawn_agent"
     later = {**fields, "tool_choice": "auto"} if forces else fields
+
+    def forced(agent: Agent) -> bool:
+        if agent.parent is not None:
+            return False
+        if agent.rounds == 1:
+            return True
+        started = sum(1 for other in tree.subagents() if other.parent is agent)
+        return forces_spawn and started < max_concurrent
+
     context = agentic_context_of(settings)
 
     def fields_for(agent: Agent) -> dict[str, Any]:
-        own = fields if agent.parent is None and agent.rounds == 1 else later
+        own = fields if forced(agent) else later
         if context is None:
             return own
         own = dict(own)
