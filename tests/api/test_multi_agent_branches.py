@@ -93,6 +93,11 @@ def test_each_subagent_is_a_stored_response_that_continues(
     assert text_of(seen[-1]).startswith(f"You are the subagent {ALPHA}, started by {ROOT}.")
     assert len(seen) == 2
 
+    # Its stream is replayed from what was stored.
+    replayed = list(client.responses.retrieve(ids[ALPHA], stream=True))
+    assert replayed[-1].type == "response.completed"
+    assert replayed[-1].response.output_text == "A is 1."
+
     # Another tenant does not see it.
     stranger = branch_server.client(create_tenant(branch_server.db_url), timeout=30)
     with pytest.raises(NotFoundError):
