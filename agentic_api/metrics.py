@@ -389,6 +389,15 @@ KV_EVENT_BATCHES = Counter(
     "KV-event batches received from each replica (one per engine step that changed its cache).",
     ["replica"],
 )
+# vLLM stamps each batch with its wall clock when it publishes it; the gap to our applying
+# it is the subscriber's lag (queued in ZMQ, or behind our own lock), clock skew included.
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+KV_EVENT_LAG = Histogram(
+    "agentic_kv_event_lag_seconds",
+    "From a replica publishing a KV-event batch (its timestamp) to residency applying it.",
+    ["replica"],
+    buckets=LAG_BUCKETS,
+)
 KV_EVENTS = Counter(
     "agentic_kv_events_total",
     "KV events applied, by replica and kind (stored, removed, cleared).",
@@ -476,6 +485,20 @@ KV_IDLE_BEFORE_EVICTED_RESUME = Histogram(
     ["replica"],
     buckets=IDLE_BUCKETS,
 )
+
+
+CACHE_WRITE_CHECKS = Counter(
+    "agentic_cache_write_checks_total",
+    "Turns whose engine reported its own prefix-cache writes (usage.input_tokens_details."
+    "cache_write_tokens), by whether they equal ours (the prompt's full blocks not already "
+    "cached): agree, mismatch.",
+    ["model", "result"],
+)
+
+
+def record_cache_write(model: str, *, agrees: bool) -> None:
+    """Counts one comparison of the engine's cache writes with ours."""
+    CACHE_WRITE_CHECKS.labels(model, "agree" if agrees else "mismatch").inc()
 
 
 def record_token_account(

@@ -146,7 +146,8 @@ class Settings(BaseSettings):
         ge=1,
         description="The upstream's KV-cache block size in tokens, for expected cached "
         "tokens. Unset: read from the upstream's /metrics (vLLM's cache_config_info), "
-        "else vLLM's default, 16.",
+        "else from the block size its KV events carry; never assumed (vLLM's default "
+        "changed from 16 to 64 in 0.34): while none is known, token accounts are unknown.",
     )
     server_secret: SecretStr | None = Field(
         None,

@@ -12,8 +12,12 @@ WebSocket ``response.create``; from the client's ``traceparent`` when it sends o
 background job's own span when it runs), with child spans for each phase
 (rehydration, render, every upstream round, every MCP tool call, the commit, the queue
 wait). Upstream rounds carry ``traceparent`` out, so a vLLM with tracing on joins the trace.
-Attributes follow the GenAI semantic conventions (``gen_ai.*``) plus our own (``agentic.*``).
-No prompt or output text is recorded unless the operator sets
+Every figure is written in two vocabularies with the same values, because the receivers
+people run read different ones: the GenAI semantic conventions (``gen_ai.*``: Langfuse,
+Datadog, Grafana) and OpenInference (``session.id``, ``llm.token_count.*``,
+``openinference.span.kind``: Arize Phoenix's session view and cache columns); the session
+also as ``langfuse.session.id``, the key Langfuse groups a session by. Our own figures are
+``agentic.*``. No prompt or output text is recorded unless the operator sets
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``; headers, keys and MCP
 credentials never are.
 """
@@ -37,6 +41,15 @@ from opentelemetry.util.types import AttributeValue
 
 CAPTURE_CONTENT_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 PROVIDER = "vllm"
+# OpenInference's span kind (LLM, TOOL, ...), the key Phoenix files a span's role under.
+OPENINFERENCE_KIND = "openinference.span.kind"
+LLM_KIND = "LLM"
+# A turn's own span is a CHAIN around its model rounds (the LLM spans): Phoenix's session
+# view sums the tokens of LLM spans, and the turn's figures are its rounds' sum, so marking
+# both LLM would count every token twice. Without our key Phoenix infers LLM from
+# ``gen_ai.operation.name: chat``.
+TURN_KIND = "CHAIN"
+JSON_MIME = "application/json"
 SERVICE_NAME = "agentic-api"
 # The POST routes a turn runs under: other requests (reads, health, metrics) get no span.
 TURN_PATHS = frozenset(
@@ -143,10 +156,13 @@ def queue_wait(enqueued_at_ns: int) -> None:
         pass
 
 
-def record_request(target: Span, model: str, conversation_id: str | None) -> None:
-    """The GenAI attributes known before the model runs. ``conversation_id``: the
-    conversation, or for a ``previous_response_id`` chain its session (the thread the
-    semantic conventions mean, which tools such as Phoenix group turns by)."""
+def record_request(
+    target: Span, model: str, conversation_id: str | None, *, kind: str = LLM_KIND
+) -> None:
+    """The attributes known before the model runs. ``conversation_id``: the conversation,
+    or for a ``previous_response_id`` chain its session (the thread the semantic
+    conventions mean, which Phoenix and Langfuse group a session's turns by). ``kind``:
+    OpenInference's, ``TURN_KIND`` for the span of a whole turn (see ``TURN_KIND``)."""
     if not target.is_recording():
         return
     target.set_attributes(
@@ -156,9 +172,28 @@ def record_request(target: Span, model: str, conversation_id: str | None) -> Non
                 "gen_ai.provider.name": PROVIDER,
                 "gen_ai.request.model": model,
                 "gen_ai.conversation.id": conversation_id,
+                OPENINFERENCE_KIND: kind,
+                "llm.system": PROVIDER,
+                "llm.model_name": model,
+                "session.id": conversation_id,
+                "langfuse.session.id": conversation_id,
+                # Langfuse's own key wins over what it infers from gen_ai.request.model
+                # (a generation): the turn is a span around its rounds' generations.
+                "langfuse.observation.type": "span" if kind == TURN_KIND else "generation",
             }
         )
     )
+
+
+def tool_call_attributes(name: str, server_label: str) -> dict[str, AttributeValue]:
+    """An MCP tool call's span attributes: its name and server, never its arguments."""
+    return {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        OPENINFERENCE_KIND: "TOOL",
+        "tool.name": name,
+        "agentic.mcp.server_label": server_label,
+    }
 
 
 def record_response(target: Span, response: Mapping[str, Any] | None) -> None:
@@ -169,18 +204,64 @@ def record_response(target: Span, response: Mapping[str, Any] | None) -> None:
     usage = response.get("usage")
     usage = usage if isinstance(usage, Mapping) else {}
     details = usage.get("input_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-    attributes = {
-        "gen_ai.response.id": response.get("id"),
-        "gen_ai.response.model": response.get("model"),
-        "gen_ai.usage.input_tokens": usage.get("input_tokens"),
-        "gen_ai.usage.output_tokens": usage.get("output_tokens"),
-        "gen_ai.usage.cache_read.input_tokens": cached,
-        "gen_ai.response.finish_reasons": finish_reasons(response),
-    }
+    details = details if isinstance(details, Mapping) else {}
+    record_usage(
+        target,
+        response_id=response.get("id"),
+        model=response.get("model"),
+        prompt=usage.get("input_tokens"),
+        completion=usage.get("output_tokens"),
+        cached=details.get("cached_tokens"),
+        written=details.get("cache_write_tokens"),
+        reasons=finish_reasons(response),
+    )
     if _state.capture_content:
-        attributes["gen_ai.output.messages"] = _json(response.get("output"))
-    target.set_attributes(_clean(attributes))
+        output = _json(response.get("output"))
+        target.set_attributes(
+            _clean(
+                {
+                    "gen_ai.output.messages": output,
+                    "output.value": output,
+                    "output.mime_type": JSON_MIME if output is not None else None,
+                }
+            )
+        )
+
+
+def record_usage(
+    target: Span,
+    *,
+    response_id: str | None,
+    model: str | None,
+    prompt: int | None,
+    completion: int | None,
+    cached: int | None,
+    written: int | None,
+    reasons: Sequence[str],
+) -> None:
+    """An answer's id, model, token counts and finish reasons, in both vocabularies.
+    ``prompt``: the whole prompt (cached and written tokens are parts of it)."""
+    if not target.is_recording():
+        return
+    total = None if prompt is None or completion is None else prompt + completion
+    target.set_attributes(
+        _clean(
+            {
+                "gen_ai.response.id": response_id,
+                "gen_ai.response.model": model,
+                "gen_ai.usage.input_tokens": prompt,
+                "gen_ai.usage.output_tokens": completion,
+                "gen_ai.usage.cache_read.input_tokens": cached,
+                "gen_ai.usage.cache_creation.input_tokens": written,
+                "gen_ai.response.finish_reasons": list(reasons) or None,
+                "llm.token_count.prompt": prompt,
+                "llm.token_count.completion": completion,
+                "llm.token_count.total": total,
+                "llm.token_count.prompt_details.cache_read": cached,
+                "llm.token_count.prompt_details.cache_write": written,
+            }
+        )
+    )
 
 
 def record_input(target: Span, body: bytes) -> None:
@@ -188,11 +269,14 @@ def record_input(target: Span, body: bytes) -> None:
     if not (_state.capture_content and target.is_recording()):
         return
     request = orjson.loads(body)
+    messages = _json(request.get("input"))
     target.set_attributes(
         _clean(
             {
-                "gen_ai.input.messages": _json(request.get("input")),
+                "gen_ai.input.messages": messages,
                 "gen_ai.system_instructions": _json(request.get("instructions")),
+                "input.value": messages,
+                "input.mime_type": JSON_MIME if messages is not None else None,
             }
         )
     )

@@ -18,6 +18,8 @@ from lineage.canonical import canonical_json, sha256_hex
 __all__ = ["ExecutionFingerprint", "FingerprintChange"]
 
 _DEFAULT_TRUNCATION = "disabled"
+# What a request without ``reasoning.context`` (or with ``auto``) gets: every reasoning item.
+DEFAULT_REASONING_CONTEXT = "all_turns"
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,11 @@ class ExecutionFingerprint:
     # of its tokenizer and chat template, or the model's root path); "" when unknown.
     # A change here means earlier token ids may no longer be the ones the engine would make.
     tokenizer: str = ""
+    # The effective ``reasoning.context`` when it is not the default (all_turns): which
+    # earlier reasoning items the prompt holds. "" for the default, so fingerprints made
+    # before it existed keep their digest. Kept apart from ``reasoning`` (a digest of the
+    # rest) so that a diff names it.
+    reasoning_context: str = ""
 
     @classmethod
     def build(
@@ -57,6 +64,7 @@ class ExecutionFingerprint:
         truncation: str | None,
         salt_epoch: int,
         tokenizer: str = "",
+        reasoning_context: str = "",
     ) -> ExecutionFingerprint:
         """Fingerprint a request's config; values must be plain JSON (see ``canonical_json``).
 
@@ -78,6 +86,9 @@ class ExecutionFingerprint:
             truncation=_DEFAULT_TRUNCATION if truncation is None else truncation,
             salt_epoch=salt_epoch,
             tokenizer=tokenizer,
+            reasoning_context=(
+                "" if reasoning_context == DEFAULT_REASONING_CONTEXT else reasoning_context
+            ),
         )
 
     @property
@@ -101,13 +112,15 @@ class ExecutionFingerprint:
         }
         if self.tokenizer:
             data["tokenizer"] = self.tokenizer
+        if self.reasoning_context:
+            data["reasoning_context"] = self.reasoning_context
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> ExecutionFingerprint:
         """Rebuild a fingerprint from ``to_dict`` output; anything else is a ``ValueError``."""
         expected = {field.name for field in fields(cls)}
-        optional = {"tokenizer"}
+        optional = {"tokenizer", "reasoning_context"}
         if not expected - optional <= set(data) <= expected:
             missing = sorted(expected - optional - set(data))
             unknown = sorted(set(data) - expected)
@@ -135,7 +148,15 @@ class ExecutionFingerprint:
             truncation=_text_field(data, "truncation"),
             salt_epoch=epoch,
             tokenizer=_text_field(data, "tokenizer") if "tokenizer" in data else "",
+            reasoning_context=(
+                _text_field(data, "reasoning_context") if "reasoning_context" in data else ""
+            ),
         )
+
+    @property
+    def context_mode(self) -> str:
+        """The effective ``reasoning.context`` this fingerprint was made under."""
+        return self.reasoning_context or DEFAULT_REASONING_CONTEXT
 
     def diff(self, previous: ExecutionFingerprint) -> list[FingerprintChange]:
         """What changed from ``previous`` to this fingerprint, in field order."""
@@ -170,6 +191,12 @@ class ExecutionFingerprint:
             note(
                 "reasoning",
                 _presence_change("reasoning config", previous.reasoning, self.reasoning),
+            )
+        if self.reasoning_context != previous.reasoning_context:
+            note(
+                "reasoning_context",
+                f"reasoning context changed from {previous.context_mode!r}"
+                f" to {self.context_mode!r}",
             )
         if self.truncation != previous.truncation:
             note(

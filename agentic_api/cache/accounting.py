@@ -111,6 +111,33 @@ class Divergence:
 
 
 @dataclass(frozen=True)
+class CacheWrite:
+    """The prompt tokens the engine says it wrote to its prefix cache, against ours: the
+    prompt's full blocks it did not have cached. They differ when the engine's blocks
+    are not the ones we count (another block size, a hybrid or sliding-window model, a
+    cache too small to keep the whole prompt)."""
+
+    engine: int
+    expected: int
+
+    @property
+    def agrees(self) -> bool:
+        return self.engine == self.expected
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "expected": self.expected, "agrees": self.agrees}
+
+
+def cache_write(
+    engine: int | None, prompt_tokens: int, cached: int | None, block_size: int | None
+) -> CacheWrite | None:
+    """The comparison, when the engine reported its count and ours can be made."""
+    if engine is None or cached is None or block_size is None:
+        return None
+    return CacheWrite(engine, max(block_floor(prompt_tokens, block_size) - cached, 0))
+
+
+@dataclass(frozen=True)
 class TokenAccount:
     status: Status
     parent_id: str | None
@@ -130,6 +157,8 @@ class TokenAccount:
     reason: str | None = None
     # What the parent generated, for naming what a template dropped.
     parent_output_types: tuple[str, ...] = ()
+    # The engine's cache writes against ours (None: the engine reports none).
+    cache_write: CacheWrite | None = None
 
     @property
     def token_exact(self) -> bool:
@@ -155,6 +184,7 @@ class TokenAccount:
             "changes": list(self.changes),
             "reason": self.reason,
             "parent_output_types": list(self.parent_output_types),
+            "cache_write": None if self.cache_write is None else self.cache_write.to_dict(),
         }
 
 
@@ -162,7 +192,7 @@ def unknown(reason: str, *, parent_id: str | None, measured: int | None = None) 
     return TokenAccount(Status.UNKNOWN, parent_id, None, measured_cached=measured, reason=reason)
 
 
-def cold_start(prompt_tokens: int, measured: int | None, block_size: int) -> TokenAccount:
+def cold_start(prompt_tokens: int, measured: int | None, block_size: int | None) -> TokenAccount:
     return TokenAccount(
         Status.COLD_START,
         None,
@@ -271,12 +301,19 @@ def _divergence(
     )
 
 
+# Fingerprint components that change what is rendered anywhere in the prompt, not only
+# before the history.
+_ANYWHERE = frozenset({"tokenizer", "reasoning_context"})
+
+
 def _divergence_cause(continuation: Continuation, divergence: Divergence) -> Cause:
     changes = set(continuation.changes)
     # A changed fingerprint explains a divergence where its components render: tools and
     # instructions before the history (in the parent's prompt); another tokenizer anywhere.
     # A changed tool_choice, say, renders nothing and explains nothing in the output.
-    if "tokenizer" in changes or (changes and divergence.region == "prompt"):
+    # Another reasoning context leaves out or restores reasoning items wherever they are,
+    # the parent's own output included.
+    if changes & _ANYWHERE or (changes and divergence.region == "prompt"):
         return Cause.FINGERPRINT
     if continuation.history_edited:
         return Cause.HISTORY_EDITED

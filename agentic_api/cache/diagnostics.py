@@ -27,6 +27,8 @@ COMPONENT_REASONS = {
     # The fingerprint keeps a digest of ``text``: format and verbosity are not told apart.
     "text": "text_format_changed",
     "reasoning": "reasoning_effort_changed",
+    # Earlier reasoning items left out or sent back: the rendered input itself differs.
+    "reasoning_context": "input_changed",
     # OpenAI has no instructions reason: they are the first input the model reads.
     "instructions": "input_changed",
     "truncation": "input_changed",

@@ -57,6 +57,10 @@ from agentic_api.wire.events import CONTINUABLE_STATUSES
 from agentic_api.wire.requests import CreateResponseRequest
 
 WINDOW_SECONDS = 60.0
+# Residency resets after which a replica holds nothing at all: its cache was emptied
+# (AllBlocksCleared) or its engine restarted. (A gap or a lost publisher only means we
+# stopped knowing.)
+EMPTIED = frozenset({"cleared", "restart"})
 # Re-warm records kept per session (the admin timeline shows them).
 RECORDS_KEPT = 16
 
@@ -332,13 +336,17 @@ class KeepWarm:
             if found is None:
                 continue
             replica, resident, estimate = found
-            reason_why = "evicted while paused"
+            reason_why = (
+                "the replica's cache was emptied while paused"
+                if self._emptied(pause, replica)
+                else "evicted while paused"
+            )
             if self.when == "before_return" and pause.expected_return_at is not None:
                 if now < pause.expected_return_at - self.lead_seconds:
                     # Evicted early: warming it now would hold its blocks (and push out
                     # others') for the rest of the pause; ask again next tick.
                     continue
-                reason_why = "evicted while paused; re-warmed ahead of its expected return"
+                reason_why += "; re-warmed ahead of its expected return"
             reason = self._over_budget(pause.tenant_id, estimate, now)
             if reason is not None:
                 self.skip(pause, reason)
@@ -356,12 +364,24 @@ class KeepWarm:
         # process listened, none grafted back): a drop cannot be read off the prefix, so
         # the session's evictions since the pause say it.
         for view in self.residency.session(pause.session_id):
-            since = pause.paused_at
-            if pause.rewarm is not None and pause.rewarm.finished_at is not None:
-                since = pause.rewarm.finished_at
-            if any(eviction.at >= since for eviction in view.evictions):
+            since = _since(pause)
+            # An emptied cache (AllBlocksCleared: a prefix-cache reset, vLLM 0.34's
+            # /checkpoint/prepare) or a restarted engine names no block: it took them all.
+            if any(eviction.at >= since for eviction in view.evictions) or any(
+                reset.at >= since and reset.reason in EMPTIED for reset in view.resets
+            ):
                 return view.replica, None, pause.input_tokens + pause.output_tokens
         return None
+
+    def _emptied(self, pause: Pause, replica: str | None) -> bool:
+        """Whether ``replica`` (any, when None) lost its whole cache during the pause."""
+        since = _since(pause)
+        return any(
+            reset.at >= since and reset.reason in EMPTIED
+            for view in self.residency.session(pause.session_id)
+            if replica is None or view.replica == replica
+            for reset in view.resets
+        )
 
     def _prefix_dropped(
         self, pause: Pause, tokens: Sequence[int]
@@ -537,3 +557,10 @@ def _pauses(request: CreateResponseRequest, final: dict[str, Any], pause_on: Pau
         return status in CONTINUABLE_STATUSES and bool(tools) and request.tool_choice != "none"
     output = final.get("output") or []
     return status == "completed" and bool(output) and output[-1].get("type") == "function_call"
+
+
+def _since(pause: Pause) -> float:
+    """From when a loss counts against the pause: its start, or its last re-warm's end."""
+    if pause.rewarm is not None and pause.rewarm.finished_at is not None:
+        return pause.rewarm.finished_at
+    return pause.paused_at

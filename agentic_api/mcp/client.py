@@ -242,11 +242,7 @@ class McpConnection:
         # Its name and server only: the arguments and result may hold anything.
         with tracing.span(
             f"execute_tool {name}",
-            attributes={
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": name,
-                "agentic.mcp.server_label": self.server.server_label,
-            },
+            attributes=tracing.tool_call_attributes(name, self.server.server_label),
         ) as traced:
             outcome = await self._call_tool(name, arguments)
             if outcome.failed:

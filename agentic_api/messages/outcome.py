@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentic_api import tracing
 from agentic_api.log import get_logger
 from agentic_api.metrics import TurnMeter
 from agentic_api.runtime import Runtime
@@ -91,6 +92,7 @@ async def settle(
     cannot be written is logged, never the client's failure: the model has already
     answered (and a failed or cancelled turn has nobody left to tell)."""
     usage = outcome.usage
+    _trace(context, outcome)
     meter.finished_with(
         outcome.status,
         input_tokens=usage.prompt_tokens if usage.reported else None,
@@ -119,3 +121,31 @@ async def settle(
             await MessageTurnRepository(session).add(record)
     except Exception:
         log.exception("message turn not recorded", session_id=context.session_id)
+
+
+# Anthropic's stop reasons as the GenAI conventions' finish reasons.
+_FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_call",
+}
+
+
+def _trace(context: MessageContext, outcome: MessageOutcome) -> None:
+    """The turn's request span: one model call (an LLM span, a Langfuse generation) with
+    its session and usage, as a Responses round records them."""
+    traced = tracing.current()
+    tracing.record_request(traced, context.request.model, context.session_id)
+    usage = outcome.usage
+    stop = outcome.stop_reason
+    tracing.record_usage(
+        traced,
+        response_id=outcome.message_id,
+        model=context.request.model,
+        prompt=usage.prompt_tokens if usage.reported else None,
+        completion=usage.output_tokens if usage.reported else None,
+        cached=usage.cache_read_input_tokens if usage.reported else None,
+        written=usage.cache_creation_input_tokens if usage.reported else None,
+        reasons=[_FINISH_REASONS.get(stop, stop)] if stop else [outcome.status],
+    )

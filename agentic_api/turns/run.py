@@ -76,7 +76,10 @@ async def run_begun(run: TurnInProgress) -> dict[str, Any]:
     # its background job's.
     traced = tracing.current()
     tracing.record_request(
-        traced, turn.request.model, turn.request.conversation_id or turn.lineage.session_id
+        traced,
+        turn.request.model,
+        turn.request.conversation_id or turn.lineage.session_id,
+        kind=tracing.TURN_KIND,
     )
     tracing.record_turn(traced, session_id=turn.lineage.session_id)
     residency = run.services.residency

@@ -37,8 +37,7 @@ log = get_logger("agentic_api.upstream.capabilities")
 TokenArtifactMode = Literal["off", "auto", "required"]
 PROBE_INPUT = "Say OK."
 PROBE_SECONDS = 30.0
-# vLLM's default block size, when neither a setting nor the upstream says otherwise.
-DEFAULT_BLOCK_SIZE = 16
+# The engine's KV block size, as its /metrics states its cache config.
 _BLOCK_SIZE = re.compile(r'^vllm:cache_config_info\{[^}]*\bblock_size="(\d+)"', re.MULTILINE)
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -226,13 +225,15 @@ class TokenCapabilityMemo:
         self._by_model[model] = found
         return found
 
-    def block_size(self, capabilities: TokenCapabilities | None) -> int:
-        """The setting, else what the upstream reports, else vLLM's default."""
+    def block_size(self, capabilities: TokenCapabilities | None) -> int | None:
+        """The setting, else what the upstream reports; None when neither says. Never a
+        default: vLLM's changed from 16 to 64 (0.34), and an assumed size would turn every
+        expected figure into a wrong one rather than an unknown one."""
         if self._block_size is not None:
             return self._block_size
         if capabilities is not None and capabilities.block_size:
             return capabilities.block_size
-        return DEFAULT_BLOCK_SIZE
+        return None
 
     def observed(self, model: str, streamed: bool, *, ids: bool) -> None:
         """A turn asked for ids and got them, or an answer that carried none."""

@@ -29,6 +29,9 @@ class ReportedTokens:
     prompt: array[int]
     output: array[int]
     cached_tokens: int | None
+    # The engine's own count of the prompt tokens it wrote to its prefix cache
+    # (``usage.input_tokens_details.cache_write_tokens``), when it reports one.
+    cache_write_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ def take_reported_tokens(final: dict[str, Any]) -> ReportedTokens | MissingToken
             return MissingTokens(
                 f"{len(ids)} {what} token ids but usage.{key} is {counted}", cached
             )
-    return ReportedTokens(prompt, output, cached)
+    return ReportedTokens(prompt, output, cached, _detail(usage, "cache_write_tokens"))
 
 
 def _ids_of(messages: Any) -> array[int] | str:
@@ -87,6 +90,10 @@ def _ids_of(messages: Any) -> array[int] | str:
 
 
 def _cached_tokens(usage: dict[str, Any]) -> int | None:
+    return _detail(usage, "cached_tokens")
+
+
+def _detail(usage: dict[str, Any], key: str) -> int | None:
     details = usage.get("input_tokens_details")
-    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    value = details.get(key) if isinstance(details, dict) else None
     return value if type(value) is int else None

@@ -30,6 +30,9 @@ from agentic_api.wire.storable import check_no_nul
 
 Handling = Literal["ours", "forwarded", "refused"]
 
+# ``reasoning.context``, as the SDK types it (openai 3.63).
+REASONING_CONTEXTS = ("auto", "current_turn", "all_turns")
+
 
 @dataclass(frozen=True)
 class FieldPolicy:
@@ -208,7 +211,13 @@ FIELDS: dict[str, FieldPolicy] = {
         "retention to extend; '24h' is refused",
         _only_value("prompt_cache_retention", ("in_memory",)),
     ),
-    "reasoning": FieldPolicy("forwarded", "effort and summary for reasoning models"),
+    "reasoning": FieldPolicy(
+        "forwarded",
+        "effort and summary for reasoning models; 'context' (auto, current_turn, "
+        "all_turns) is ours: which earlier reasoning items are sent back to the model, "
+        "echoed as the effective mode",
+        _only("reasoning", "context", (None, *REASONING_CONTEXTS)),
+    ),
     "safety_identifier": FieldPolicy(
         "ours", "stored and echoed; no usage-policy checks run on it here"
     ),

@@ -187,6 +187,22 @@ class CreateResponseRequest(BaseModel):
         return self.prompt_cache_options is not None and self.prompt_cache_options.prewarm
 
     @property
+    def reasoning_context(self) -> str:
+        """The effective ``reasoning.context``: which earlier reasoning items are sent back
+        to the model (``wire/reasoning_context.py``). ``auto`` and absent are
+        ``all_turns``, what this server always sent: every stored item, replayed."""
+        asked = (self.reasoning or {}).get("context")
+        return DEFAULT_REASONING_CONTEXT if asked in (None, "auto") else str(asked)
+
+    def upstream_reasoning(self) -> dict[str, Any] | None:
+        """``reasoning`` as the upstream gets it: without ``context``, which this server
+        applies itself (vLLM has no such field), or None when nothing else is left."""
+        if self.reasoning is None:
+            return None
+        rest = {key: value for key, value in self.reasoning.items() if key != "context"}
+        return rest or None
+
+    @property
     def runs_agents(self) -> bool:
         """Whether the server runs this response as a multi-agent tree."""
         return self.multi_agent is not None and self.multi_agent.enabled
@@ -200,6 +216,10 @@ class CreateResponseRequest(BaseModel):
     def passthrough(self) -> dict[str, Any]:
         """Fields passed through to the upstream as the client sent them."""
         return {k: v for k, v in (self.model_extra or {}).items() if k not in SERVER_FIELDS}
+
+
+# What ``auto`` (or no ``reasoning.context``) means here.
+DEFAULT_REASONING_CONTEXT = "all_turns"
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:

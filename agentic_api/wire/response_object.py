@@ -275,7 +275,11 @@ def base_response(
             request.prompt_cache_options.echoed() if request.prompt_cache_options else None
         ),
         "prompt_cache_retention": extra.get("prompt_cache_retention"),
-        "reasoning": request.reasoning or dict(DEFAULT_REASONING),
+        # With the effective context mode (the SDK's meaning of it on a response).
+        "reasoning": {
+            **(request.reasoning or DEFAULT_REASONING),
+            "context": request.reasoning_context,
+        },
         "safety_identifier": request.safety_identifier,
         "service_tier": request.service_tier or "auto",
         "store": request.store,

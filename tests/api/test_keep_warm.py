@@ -527,3 +527,42 @@ def test_before_return_an_early_eviction_is_rewarmed_shortly_before_the_agent_is
         # sent no earlier than LEAD_SECONDS before that.
         assert record["expected_return_at"] >= sent_again + TOOL_SECONDS
         assert record["at"] >= record["expected_return_at"] - LEAD_SECONDS
+
+
+@pytest.mark.parametrize("token_artifacts", ["auto", "off"])
+def test_an_emptied_cache_is_rewarmed_like_an_eviction(
+    backend: str,
+    fresh_db: str,
+    kv_sim: SimServer,
+    replica: str,
+    tmp_path: Path,
+    token_artifacts: str,
+) -> None:
+    # vLLM 0.34's /checkpoint/prepare (or a prefix-cache reset) empties the cache: one
+    # AllBlocksCleared, no block named. With token ids the paused prefix is seen gone; without
+    # them no eviction names the session, and the emptied cache alone must count.
+    cleared = metric("agentic_kv_coverage_resets_total", replica=replica, reason="cleared")
+    with (
+        keep_warm_server(
+            backend, fresh_db, kv_sim, replica, tmp_path, token_artifacts=token_artifacts
+        ) as server,
+        admin_client(server) as admin,
+    ):
+        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+        paused = paused_and_seen(agent, admin, replica)
+        assert httpx.post(f"{kv_sim.url}/checkpoint/prepare", timeout=10).status_code == 200
+        eventually(lambda: bool(rewarms(kv_sim, agent.session_id)), "a re-warm")
+        assert (
+            metric("agentic_kv_coverage_resets_total", replica=replica, reason="cleared")
+            == cleared + 1
+        )
+        eventually(lambda: resident(admin, paused.id, replica) > 0, "the prefix back")
+        back = agent.come_back()
+        assert back.usage is not None and paused.usage is not None
+        assert back.usage.input_tokens_details.cached_tokens >= full_blocks(
+            paused.usage.input_tokens
+        )
+        first, _ = admin.get(f"/responses/{back.id}/lineage").json()["ancestors"]
+        (record,) = first["rewarms"]
+        assert record["reason"] == "the replica's cache was emptied while paused"
+        assert record["outcome"] == "paid_off" and record["replica"] == replica

@@ -443,3 +443,26 @@ def test_a_tree_past_its_wall_time_fails(tight_client: OpenAI, sim: SimServer) -
     assert "AGENTIC_MULTI_AGENT_MAX_SECONDS" in body["message"]
     # The subagent's upstream request was abandoned with the tree.
     assert sim.wait_aborted(1, timeout=10)
+
+
+def test_the_root_agent_is_sent_no_earlier_reasoning_under_current_turn(
+    tree_client: OpenAI, sim: SimServer
+) -> None:
+    # reasoning.context applies to the tree's root as to a plain turn: the earlier turn's
+    # reasoning is left out of what it is sent, the stored history keeps it.
+    sim.push(Reply("An earlier answer.", reasoning="earlier thoughts"))
+    earlier = tree_client.responses.create(model=MODEL, input="An earlier question.")
+    assert [item.type for item in earlier.output] == ["reasoning", "message"]
+    script_two_helpers(sim)
+    tree = create_tree(
+        tree_client, previous_response_id=earlier.id, reasoning={"context": "current_turn"}
+    )
+    assert tree.status == "completed"
+    assert tree.reasoning.context == "current_turn"
+    first_root = by_agent(sim)[ROOT][0]
+    assert [item["type"] for item in first_root.json["input"]][:3] == [
+        "message",
+        "message",
+        "message",
+    ]
+    assert all(item["type"] != "reasoning" for item in first_root.json["input"])

@@ -20,6 +20,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from websockets.sync.client import connect
 
 from agentic_api import tracing
+from tests.api.test_messages_api import prompt_tokens, sdk
 from tests.conftest import RunningServer, app_server
 from tests.support.mcp_server import McpTestServer, start_mcp_server
 from tests.support.tenants import TenantKeys, create_tenant
@@ -87,6 +88,28 @@ def assert_genai_turn(turn: Mapping[str, Any], response: Response, model: str) -
     assert turn["gen_ai.usage.output_tokens"] == usage.output_tokens
     assert turn["gen_ai.usage.cache_read.input_tokens"] == cached_tokens(response) > 0
     assert turn["gen_ai.response.finish_reasons"] == ("stop",)
+    assert_openinference_turn(turn, response, model)
+
+
+def assert_openinference_turn(turn: Mapping[str, Any], response: Response, model: str) -> None:
+    """The same turn in OpenInference's keys (Phoenix) and Langfuse's session key: the
+    values the GenAI keys carry, written by us (not derived by a receiver)."""
+    usage = usage_of(response)
+    written = usage.input_tokens_details.cache_write_tokens
+    # The turn is a CHAIN around its rounds, the LLM spans (Phoenix sums LLM spans' tokens).
+    assert turn["openinference.span.kind"] == "CHAIN"
+    assert turn["langfuse.observation.type"] == "span"
+    assert turn["llm.model_name"] == model
+    assert turn["llm.system"] == "vllm"
+    assert turn["session.id"] == turn["langfuse.session.id"] == turn["gen_ai.conversation.id"]
+    assert turn["llm.token_count.prompt"] == usage.input_tokens
+    assert turn["llm.token_count.completion"] == usage.output_tokens
+    assert turn["llm.token_count.total"] == usage.total_tokens
+    assert turn["llm.token_count.prompt_details.cache_read"] == cached_tokens(response)
+    assert turn["llm.token_count.prompt_details.cache_write"] == written
+    assert turn["gen_ai.usage.cache_creation.input_tokens"] == written
+    # Content keys only when the operator opts in.
+    assert "input.value" not in turn and "output.value" not in turn
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "streamed"])
@@ -141,6 +164,10 @@ def test_a_continuation_is_one_trace_under_the_clients_traceparent(
     upstream = attributes(round_)
     assert upstream["gen_ai.request.model"] == model
     assert upstream["gen_ai.usage.input_tokens"] == usage.input_tokens
+    assert upstream["llm.token_count.prompt"] == usage.input_tokens
+    assert upstream["openinference.span.kind"] == "LLM"
+    assert upstream["langfuse.observation.type"] == "generation"
+    assert upstream["session.id"] == turn["session.id"]
     # The model server was asked under the round's span, in the client's trace.
     sent = sim.requests("/v1/responses")[-1].headers["traceparent"]
     assert sent == f"00-{CLIENT_TRACE}-{round_.context.span_id:016x}-01"
@@ -180,6 +207,10 @@ def test_content_is_recorded_only_when_the_operator_opts_in(client: OpenAI, sim:
     assert "a captured question" in upstream["gen_ai.input.messages"]
     assert "be brief" in upstream["gen_ai.system_instructions"]
     assert "a captured answer" in upstream["gen_ai.output.messages"]
+    # OpenInference's content keys carry the same text (Phoenix's input and output panes).
+    assert upstream["input.value"] == upstream["gen_ai.input.messages"]
+    assert upstream["output.value"] == upstream["gen_ai.output.messages"]
+    assert upstream["input.mime_type"] == upstream["output.mime_type"] == "application/json"
 
 
 def test_a_background_turn_traces_its_queue_wait(
@@ -254,6 +285,8 @@ def test_each_mcp_call_is_a_span_without_its_credentials(
     assert attributes(call) == {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": "add",
+        "openinference.span.kind": "TOOL",
+        "tool.name": "add",
         "agentic.mcp.server_label": "tools",
     }
     text = every_value(found)
@@ -353,3 +386,58 @@ def test_with_tracing_off_a_websocket_turn_sends_no_traceparent(
         assert until_terminal(socket)[-1]["type"] == "response.completed"
     assert spans.get_finished_spans() == ()
     assert "traceparent" not in sim.requests("/v1/responses")[-1].headers
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "streamed"])
+def test_a_messages_turn_is_one_llm_span_with_its_session_and_cache_figures(
+    spans: InMemorySpanExporter,
+    server: RunningServer,
+    tenant: TenantKeys,
+    sim: SimServer,
+    stream: bool,
+) -> None:
+    model = sim.config.model
+    sim.push(Reply("the first reply"), Reply("the second reply"))
+    opening: Any = [{"role": "user", "content": "a long question about caches " * 20}]
+    message: Any
+    with sdk(server, tenant) as claude:
+        claude.messages.create(model=model, max_tokens=32, messages=opening)
+        finished(spans, "POST /v1/messages")
+        spans.clear()
+        again: Any = [
+            *opening,
+            {"role": "assistant", "content": "the first reply"},
+            {"role": "user", "content": "and then?"},
+        ]
+        if stream:
+            with claude.messages.stream(model=model, max_tokens=32, messages=again) as events:
+                message = events.get_final_message()
+        else:
+            message = claude.messages.create(model=model, max_tokens=32, messages=again)
+    found = finished(spans, "POST /v1/messages")
+    (turn_span,) = named(found, "POST /v1/messages")
+    turn = attributes(turn_span)
+    usage = message.usage
+    cached = usage.cache_read_input_tokens or 0
+    assert cached > 0
+    session = sim.last("/v1/messages").headers["x-session-id"]
+    # One model call: the request span is the LLM span (a Langfuse generation).
+    assert turn["openinference.span.kind"] == "LLM"
+    assert turn["langfuse.observation.type"] == "generation"
+    assert turn["session.id"] == turn["langfuse.session.id"] == session
+    assert turn["gen_ai.conversation.id"] == session
+    assert turn["gen_ai.response.id"] == message.id
+    # Anthropic splits the prompt; both vocabularies carry the whole of it.
+    assert turn["gen_ai.usage.input_tokens"] == prompt_tokens(usage)
+    assert turn["llm.token_count.prompt"] == prompt_tokens(usage)
+    assert turn["gen_ai.usage.output_tokens"] == turn["llm.token_count.completion"]
+    assert turn["llm.token_count.completion"] == usage.output_tokens
+    assert turn["gen_ai.usage.cache_read.input_tokens"] == cached
+    assert turn["llm.token_count.prompt_details.cache_read"] == cached
+    written = usage.cache_creation_input_tokens or 0
+    assert turn["gen_ai.usage.cache_creation.input_tokens"] == written
+    assert turn["llm.token_count.prompt_details.cache_write"] == written
+    assert turn["gen_ai.response.finish_reasons"] == ("stop",)
+    text = every_value(found)
+    assert "caches" not in text and "second reply" not in text
+    assert tenant.api_key not in text

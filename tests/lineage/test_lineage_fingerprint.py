@@ -253,6 +253,7 @@ fingerprints = st.builds(
     reasoning=st.sampled_from(["", "f" * 64]),
     truncation=st.sampled_from(["auto", "disabled"]),
     salt_epoch=st.integers(min_value=0, max_value=3),
+    reasoning_context=st.sampled_from(["", "current_turn"]),
 )
 
 
@@ -281,3 +282,18 @@ def test_tokenizer_identity_is_optional_and_diffed_only_when_both_known() -> Non
     assert bound.diff(plain) == [] and plain.diff(bound) == []
     other = dataclasses.replace(plain, tokenizer="root:/models/b")
     assert [c.component for c in other.diff(bound)] == ["tokenizer"]
+
+
+def test_the_reasoning_context_is_its_own_component_and_the_default_changes_no_digest() -> None:
+    plain = build()
+    # all_turns is what every turn got before the field existed: same digest as none.
+    assert build(reasoning_context="all_turns") == plain
+    assert "reasoning_context" not in plain.to_dict()
+    current = build(reasoning_context="current_turn")
+    assert current.to_dict()["reasoning_context"] == "current_turn"
+    assert ExecutionFingerprint.from_dict(current.to_dict()) == current
+    assert current.digest != plain.digest
+    assert [c.component for c in current.diff(plain)] == ["reasoning_context"]
+    assert descriptions(plain, current) == [
+        "reasoning context changed from 'current_turn' to 'all_turns'"
+    ]

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from tests.support.processes import end_process
 from tests.support.servers import free_port
 
 SETUP = Path(__file__).resolve().parents[2] / "scripts" / "tracing" / "setup_phoenix.sh"
@@ -46,6 +47,71 @@ class StoredSpan:
             span_kind=row["span_kind"],
             status_code=row["status_code"],
             attributes=row["attributes"],
+        )
+
+
+# Phoenix's session view: the session's traces in order, each with its root span (the
+# turn) and its LLM spans (the model rounds), and the token totals Phoenix sums over them.
+SESSION_QUERY = """
+query Session($id: String!) {
+  getProjectSessionById(sessionId: $id) {
+    sessionId
+    numTraces
+    tokenUsage { prompt completion }
+    traces(first: 100) {
+      edges { node {
+        traceId
+        rootSpan { name spanKind cumulativeTokenCountPrompt tokenPromptDetails { cacheRead } }
+      } }
+    }
+  }
+}
+"""
+
+
+@dataclass(frozen=True)
+class SessionTurn:
+    """One trace of a session as Phoenix shows it: its root span's name and kind, the prompt
+    tokens of its LLM spans (Phoenix counts tokens on LLM spans only, summed up the tree)
+    and the root's cached tokens."""
+
+    trace_id: str
+    name: str
+    span_kind: str
+    prompt_tokens: int | None
+    cache_read: int | None
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    """Phoenix's session view (``getProjectSessionById``)."""
+
+    session_id: str
+    num_traces: int
+    prompt_tokens: int
+    completion_tokens: int
+    turns: list[SessionTurn]
+
+    @classmethod
+    def of(cls, node: dict[str, Any]) -> StoredSession:
+        turns = []
+        for edge in node["traces"]["edges"]:
+            root = edge["node"]["rootSpan"] or {}
+            turns.append(
+                SessionTurn(
+                    trace_id=edge["node"]["traceId"],
+                    name=root.get("name", ""),
+                    span_kind=root.get("spanKind", ""),
+                    prompt_tokens=root.get("cumulativeTokenCountPrompt"),
+                    cache_read=(root.get("tokenPromptDetails") or {}).get("cacheRead"),
+                )
+            )
+        return cls(
+            session_id=node["sessionId"],
+            num_traces=node["numTraces"],
+            prompt_tokens=node["tokenUsage"]["prompt"],
+            completion_tokens=node["tokenUsage"]["completion"],
+            turns=turns,
         )
 
 
@@ -136,15 +202,31 @@ class Phoenix:
                 return found
             time.sleep(0.2)
 
+    def graphql(self, query: str, **variables: Any) -> dict[str, Any]:
+        """Phoenix's GraphQL API (what its own UI reads), failing on any error."""
+        reply = self.http.post("/graphql", json={"query": query, "variables": variables})
+        reply.raise_for_status()
+        body = reply.json()
+        assert not body.get("errors"), body["errors"]
+        data: dict[str, Any] = body["data"]
+        return data
+
+    def session(self, session_id: str, traces: int) -> StoredSession | None:
+        """The session view of ``session_id`` once it groups ``traces`` traces (None while
+        Phoenix knows no such session)."""
+        deadline = time.monotonic() + 60.0
+        while True:
+            found = self.graphql(SESSION_QUERY, id=session_id)["getProjectSessionById"]
+            stored = None if found is None else StoredSession.of(found)
+            if (stored is not None and stored.num_traces >= traces) or (
+                time.monotonic() > deadline
+            ):
+                return stored
+            time.sleep(0.2)
+
     def stop(self) -> None:
         self.http.close()
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(timeout=10)
+        end_process(self.popen)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

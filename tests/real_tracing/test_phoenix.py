@@ -1,7 +1,8 @@
 """A turn's trace as a real receiver stored it: our server exports to Arize Phoenix over
 OTLP/HTTP, and each turn's spans are read back through Phoenix's REST API: the server span
-and its phases as parent and children, the GenAI attributes (and the OpenInference token
-counts Phoenix derives from them), our token account, and no prompt, answer or key."""
+and its phases as parent and children, the GenAI attributes and the same figures in
+OpenInference's keys, our token account, and no prompt, answer or key; and Phoenix's
+session view (its GraphQL API) grouping a conversation's turns with their cached tokens."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from openai.types.responses import Response
 from websockets.sync.client import connect
 
 from tests.real_tracing.conftest import PROJECT
-from tests.real_tracing.phoenix import Phoenix, StoredSpan
+from tests.real_tracing.phoenix import Phoenix, StoredSession, StoredSpan
 from tests.support.clients import openai_client
 from tests.support.mcp_server import McpTestServer
 from tests.support.processes import Process
@@ -68,10 +69,13 @@ def assert_turn(turn: StoredSpan, response: Response, model: str, finish: str) -
     assert seen["gen_ai.usage.cache_read.input_tokens"] == cached_tokens(response)
     assert seen["gen_ai.response.finish_reasons"] == [finish]
     assert seen["agentic.session.id"] and seen["agentic.replica"]
-    # What Phoenix's own views read, derived by the receiver from our gen_ai.* figures.
-    assert turn.span_kind == "LLM"
+    # What Phoenix's own views read: OpenInference's keys, as we wrote them (a receiver
+    # that derives nothing from gen_ai.* reads the same), and Langfuse's session key.
+    assert turn.span_kind == "CHAIN"
     assert seen["llm.token_count.prompt"] == usage.input_tokens
+    assert seen["llm.token_count.completion"] == usage.output_tokens
     assert seen["llm.token_count.prompt_details.cache_read"] == cached_tokens(response)
+    assert seen["session.id"] == seen["langfuse.session.id"] == seen["gen_ai.conversation.id"]
 
 
 def assert_nothing_private(spans: Sequence[StoredSpan], keys: TenantKeys, *texts: str) -> None:
@@ -210,3 +214,33 @@ def test_a_websocket_turn_is_traced_like_an_http_one(
     assert children(spans, turn) == phases(model)
     assert_turn(turn, final, model, "stop")
     assert_nothing_private(spans, keys, "hello ws", "over the socket")
+
+
+def test_phoenix_groups_a_conversations_turns_into_one_session_with_their_cached_tokens(
+    phoenix: Phoenix, client: OpenAI, keys: TenantKeys, sim: SimServer
+) -> None:
+    model = sim.config.model
+    conversation = client.conversations.create()
+    sim.push(Reply("the opening answer"), Reply("the next answer"), Reply("the last answer"))
+    turns = [
+        client.responses.create(model=model, input=text, conversation=conversation.id)
+        for text in ("a long first question " * 30, "a second question", "a third question")
+    ]
+    assert all(cached_tokens(turn) > 0 for turn in turns[1:])
+
+    found = phoenix.session(conversation.id, traces=len(turns))
+    assert isinstance(found, StoredSession), f"no session {conversation.id} in Phoenix"
+    assert found.num_traces == len(turns)
+    # One trace per turn, in order, each showing its own prompt and cached tokens.
+    assert [t.name for t in found.turns] == [HTTP_TURN] * len(turns)
+    assert [t.span_kind for t in found.turns] == ["chain"] * len(turns)  # GraphQL enum
+    assert [t.prompt_tokens for t in found.turns] == [usage_of(t).input_tokens for t in turns]
+    assert [t.cache_read for t in found.turns] == [cached_tokens(t) for t in turns]
+    # The session's totals count each model round once (the rounds are its LLM spans).
+    assert found.prompt_tokens == sum(usage_of(t).input_tokens for t in turns)
+    assert found.completion_tokens == sum(usage_of(t).output_tokens for t in turns)
+    for turn, shown in zip(turns, found.turns, strict=True):
+        spans = phoenix.trace(PROJECT, shown.trace_id, count=5)
+        assert server_span(spans).attributes["gen_ai.response.id"] == turn.id
+        assert_turn(server_span(spans), turn, model, "stop")
+        assert_nothing_private(spans, keys, "first question", "the last answer")

@@ -26,6 +26,10 @@ from tests.support.servers import free_port
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "real_vllm"
 REPORT: list[dict[str, Any]] = []
+# The KV block size every vLLM of the tier starts with (start.sh's --block-size): 32 by
+# default (the CPU build's attention takes multiples of 32); 64 is vLLM 0.34's default on
+# GPU, so AGENTIC_VLLM_BLOCK_SIZE=64 runs the tier as a 0.34 engine would cache.
+BLOCK_SIZE = int(os.environ.get("AGENTIC_VLLM_BLOCK_SIZE", "32"))
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class RealVllm:
 
 @pytest.fixture(scope="session")
 def real_vllm() -> Iterator[RealVllm]:
-    block = int(os.environ.get("AGENTIC_VLLM_BLOCK_SIZE", "32"))
+    block = BLOCK_SIZE
     given = os.environ.get("AGENTIC_REAL_VLLM_URL")
     port: int | None = None
     if given:
@@ -116,9 +120,7 @@ def smollm2() -> Iterator[RealVllm]:
         url = started.stdout.strip().splitlines()[-1]
     try:
         models = httpx.get(f"{url}/v1/models", timeout=10).json()
-        yield RealVllm(
-            url, models["data"][0]["id"], int(os.environ.get("AGENTIC_VLLM_BLOCK_SIZE", "32"))
-        )
+        yield RealVllm(url, models["data"][0]["id"], BLOCK_SIZE)
     finally:
         if port is not None:
             subprocess.run([str(SCRIPTS / "stop.sh"), str(port)], check=False)

@@ -24,6 +24,7 @@ import pytest
 from openai import OpenAI
 
 from tests.conftest import RunningServer, app_server
+from tests.real_vllm.conftest import BLOCK_SIZE
 from tests.real_vllm.test_kv_residency import Replica, admin_of, text, wait_for
 from tests.support.servers import free_port
 from tests.support.tenants import TenantKeys, create_tenant
@@ -105,11 +106,13 @@ def test_a_forked_branch_whose_blocks_were_evicted_shows_it_and_its_sibling_does
         )
 
     tag = uuid.uuid4().hex[:6]
-    trunk = ask(text(f"trunk{tag}", 60))
+    # Sizes in words scale with the block (written for 32 tokens; ~3.5 tokens a word).
+    scale = max(1, BLOCK_SIZE // 32)
+    trunk = ask(text(f"trunk{tag}", 60 * scale))
     # Each branch adds well over three blocks of its own: an eviction of a few of them
     # cannot reach the trunk or the sibling's.
-    left = ask(text(f"left{tag}", 60), trunk.id)
-    right = ask(text(f"right{tag}", 60), trunk.id)
+    left = ask(text(f"left{tag}", 60 * scale), trunk.id)
+    right = ask(text(f"right{tag}", 60 * scale), trunk.id)
     with admin_of(server) as admin:
         for fork in (left, right):
             wait_for(lambda: {"b": branch(admin, fork.id)}, lambda v: whole(v["b"]))  # noqa: B023
@@ -120,7 +123,7 @@ def test_a_forked_branch_whose_blocks_were_evicted_shows_it_and_its_sibling_does
         others = server.client(create_tenant(kv_db_url), timeout=120)
         for i in range(60):
             others.responses.create(
-                model="tiny-llama", input=text(f"o{i}{tag}", 12), max_output_tokens=1
+                model="tiny-llama", input=text(f"o{i}{tag}", 12 * scale), max_output_tokens=1
             )
             if not whole(branch(admin, left.id)):
                 break

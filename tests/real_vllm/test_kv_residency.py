@@ -35,13 +35,14 @@ from openai import OpenAI
 from prometheus_client import REGISTRY
 
 from tests.conftest import RunningServer, app_server
+from tests.real_vllm.conftest import BLOCK_SIZE
 from tests.support.servers import free_port
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 
 pytestmark = pytest.mark.real_vllm
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "real_vllm"
-BLOCK = 32
+BLOCK = BLOCK_SIZE
 KV_CACHE_BYTES = 2 * 1024 * 1024  # 2,048 tokens of the tiny model (1 KiB per token)
 
 

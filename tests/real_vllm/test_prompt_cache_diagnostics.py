@@ -30,12 +30,20 @@ def test_a_named_comparison_is_a_hit_and_changed_instructions_a_miss(
     client: OpenAI = smol_server.client(create_tenant(smol_server.db_url), timeout=300)
     admin = AdminApi(smol_server.url, smol_server.db_url)
     try:
-        first = ask(client, smollm2, "List three fruits, one per line.")
+        # Two turns of the token-truth chain first: the compared prefix then spans full
+        # blocks of any size the tier runs with (32, or vLLM 0.34's 64).
+        opening = ask(client, smollm2, "List three fruits, one per line.")
+        first = ask(
+            client,
+            smollm2,
+            "Now list three vegetables, one per line.",
+            previous_response_id=opening.id,
+        )
         compared: Any = {"comparison_response_id": first.id}
         second = ask(
             client,
             smollm2,
-            "Now list three vegetables, one per line.",
+            "And three colors, one per line.",
             previous_response_id=first.id,
             prompt_cache_options=compared,
         )
@@ -47,7 +55,7 @@ def test_a_named_comparison_is_a_hit_and_changed_instructions_a_miss(
         changed = ask(
             client,
             smollm2,
-            "Now list three vegetables, one per line.",
+            "And three colors, one per line.",
             previous_response_id=first.id,
             instructions="Answer in French.",
             prompt_cache_options=compared,
@@ -72,9 +80,12 @@ def test_a_repeated_prompt_is_a_hit_against_a_response_it_does_not_continue(
     (not its parent: it continues nothing). vLLM serves every full block of the repeated
     prompt, and that is a hit; another question is a miss."""
     client: OpenAI = smol_server.client(create_tenant(smol_server.db_url), timeout=300)
+    # Longer than one KV block of any size the tier runs with (32, or vLLM 0.34's 64).
     question = (
         "Explain in a few sentences why the sky looks blue during the day and red or "
-        "orange at sunset, and what the scattering of light has to do with it."
+        "orange at sunset, and what the scattering of light has to do with it. Also say "
+        "how the colour of the sky changes with altitude, on a mountain or seen from an "
+        "aeroplane, and why the sky on Mars looks different from ours."
     )
     first = ask(client, smollm2, question, max_output_tokens=8)
     compared: Any = {"comparison_response_id": first.id}

@@ -105,6 +105,8 @@ def test_a_chain_is_token_exact_and_measured_equals_expected(
         else:
             report.append(row("chain", smol_server.backend, response, account))
             assert account["status"] == "exact", account["explanation"]
+            # The engine's own block size (read from its /metrics), never an assumed one.
+            assert account["block_size"] == smollm2.block_size
             assert account["measured_cached"] == account["expected_cached"], account
             assert account["measured_cached"] == response.usage.input_tokens_details.cached_tokens
             assert account["parent_tokens"] == (

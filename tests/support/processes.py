@@ -146,3 +146,15 @@ def _group_running(group: int) -> bool:
         if int(pgrp) == group and state not in ("Z", "X"):
             return True
     return False
+
+
+def end_process(popen: subprocess.Popen[bytes]) -> None:
+    """Stops a helper process the tests started (a receiver, a Prometheus): SIGTERM, then
+    SIGKILL if it has not gone within 30 s."""
+    if popen.poll() is None:
+        popen.terminate()
+        try:
+            popen.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(timeout=10)

@@ -61,6 +61,7 @@ def test_nothing_served_is_never_a_hit() -> None:
         (("tools",), "tools_changed"),
         (("text",), "text_format_changed"),
         (("reasoning",), "reasoning_effort_changed"),
+        (("reasoning_context",), "input_changed"),
         (("instructions",), "input_changed"),
         (("instructions", "tools"), "input_changed"),
     ],

@@ -22,6 +22,7 @@ TOP_FOLDERS = (
     "scripts",
     "docs",
     "docker",
+    "deploy",
 )
 # A repository path inside a backticked span: it starts at a top folder, not in the middle
 # of another path or a URL (``/v1/responses``, ``http://host/docs/x``).

@@ -333,3 +333,20 @@ def test_unknown_kinds_other_media_and_groups_are_skipped() -> None:
     ]
     batch = decode_frames([b"kv", (5).to_bytes(8, "big"), msgpack.packb([1.0, events])])
     assert (batch.seq, batch.events) == (5, ())
+
+
+def test_each_batch_observes_its_lag_from_the_engines_timestamp() -> None:
+    replica = "replica-lag"
+    target = ResidencyTracker([replica], clock=lambda: 1000.0)
+    first = replace(STEPS["turn1"].batches[0], ts=1000.0)
+    late = replace(first, seq=first.seq + 1, ts=1001.0)
+    count = sample("agentic_kv_event_lag_seconds_count", replica=replica)
+    total = sample("agentic_kv_event_lag_seconds_sum", replica=replica)
+    target.apply(replica, first, 1000.25)
+    target.apply(replica, late, 1003.5)
+    assert sample("agentic_kv_event_lag_seconds_count", replica=replica) == count + 2
+    assert sample("agentic_kv_event_lag_seconds_sum", replica=replica) == total + 0.25 + 2.5
+    # An engine clock ahead of ours is no negative lag.
+    target.apply(replica, replace(late, seq=late.seq + 1, ts=2000.0), 1004.0)
+    assert sample("agentic_kv_event_lag_seconds_sum", replica=replica) == total + 2.75
+    assert sample("agentic_kv_event_lag_seconds_bucket", replica=replica, le="0.25") >= 2

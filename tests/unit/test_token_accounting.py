@@ -179,6 +179,11 @@ def test_divergences_are_attributed_by_where_and_how() -> None:
     assert account(edited, parent_prompt, parent_output, rewritten, 0, BLOCK).cause is (
         Cause.HISTORY_EDITED
     )
+    # Another reasoning context leaves out the parent's own reasoning: in its output.
+    context = Continuation("p", ["reasoning_context"])
+    assert account(context, parent_prompt, parent_output, dropped, 8, BLOCK).cause is (
+        Cause.FINGERPRINT
+    )
 
 
 def test_an_isolating_change_expects_nothing() -> None:

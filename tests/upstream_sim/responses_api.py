@@ -194,19 +194,23 @@ class _Shaper:
 
     def usage(self, gen: Generation, cached: int) -> Json:
         out = gen.output_tokens
+        details: Json = {
+            "cached_tokens": cached,
+            "input_tokens_per_turn": [self.prompt_len],
+            "cached_tokens_per_turn": [cached],
+        }
+        report = self.config.cache_write_report
+        if report == "full_blocks":
+            # vLLM 0.32 reports the prompt's full blocks it had to store (not the
+            # partial last block, not what was cached already).
+            details["cache_write_tokens"] = max(
+                self.prompt_len // self.config.block_size * self.config.block_size - cached, 0
+            )
+        elif report == "uncached":
+            details["cache_write_tokens"] = self.prompt_len - cached
         return {
             "input_tokens": self.prompt_len,
-            "input_tokens_details": {
-                "cached_tokens": cached,
-                # vLLM 0.32 reports the prompt's full blocks it had to store (not the
-                # partial last block, not what was cached already).
-                "cache_write_tokens": max(
-                    self.prompt_len // self.config.block_size * self.config.block_size - cached,
-                    0,
-                ),
-                "input_tokens_per_turn": [self.prompt_len],
-                "cached_tokens_per_turn": [cached],
-            },
+            "input_tokens_details": details,
             "output_tokens": out,
             "output_tokens_details": {
                 "reasoning_tokens": gen.reasoning_tokens,

@@ -180,12 +180,15 @@ def create_app(runtime: Runtime) -> ASGIApp:
         config = state.config
         waiting, kv_usage = state.load
         labels = f'engine="0",model_name="{config.model}"'
-        text = (
+        cache_config = (
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
             "# TYPE vllm:cache_config_info gauge\n"
             f'vllm:cache_config_info{{block_size="{config.block_size}",'
             'cache_dtype="auto",enable_prefix_caching="True",engine="0"} 1.0\n'
-            "# TYPE vllm:num_requests_waiting gauge\n"
+        )
+        text = (
+            (cache_config if config.reports_block_size else "")
+            + "# TYPE vllm:num_requests_waiting gauge\n"
             f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}\n"
             "# TYPE vllm:kv_cache_usage_perc gauge\n"
             f"vllm:kv_cache_usage_perc{{{labels}}} {float(kv_usage)}\n"
@@ -327,6 +330,14 @@ def _add_control_routes(app: FastAPI, state: SimState) -> None:
     @app.post(CONTROL_PREFIX + "reset_prefix_cache")
     async def reset_prefix_cache() -> Response:
         # vLLM's /reset_prefix_cache (dev mode): drops every block, AllBlocksCleared.
+        state.cache_clear()
+        return _json({"ok": True})
+
+    @app.post("/checkpoint/prepare")
+    async def checkpoint_prepare() -> Response:
+        # vLLM 0.34 (with --enable-sleep-mode) releases its whole KV cache here. Imitated
+        # as its prefix-cache reset behaves (every block dropped, AllBlocksCleared), which
+        # is what the gateway must survive; the GPU build itself is not checked here.
         state.cache_clear()
         return _json({"ok": True})
 

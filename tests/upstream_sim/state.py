@@ -38,6 +38,13 @@ class SimConfig:
 
     model: str = "sim-model"
     block_size: int = 16
+    # Whether /metrics states the cache config (``vllm:cache_config_info``, its block
+    # size): a router in front, or an engine build without it, does not.
+    reports_block_size: bool = True
+    # What /v1/responses reports as ``cache_write_tokens``: the prompt's full blocks it
+    # stored (vLLM 0.32-0.34), every uncached prompt token (an engine counting otherwise),
+    # or nothing (the field left out).
+    cache_write_report: Literal["full_blocks", "uncached", "absent"] = "full_blocks"
     max_model_len: int = 32768
     # Name reported in the ``x-upstream-replica`` response header (benchmarks).
     replica: str | None = None

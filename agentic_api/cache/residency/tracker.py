@@ -152,6 +152,7 @@ class ResidencyTracker:
             if self._served and any(isinstance(e, BlocksStored) for e in batch.events):
                 self._graft_served(now)
         metrics.KV_EVENT_BATCHES.labels(replica).inc()
+        metrics.KV_EVENT_LAG.labels(replica).observe(max(0.0, now - batch.ts))
         metrics.KV_RESIDENT_TOKENS.labels(replica).set(target.resident_tokens)
         metrics.KV_TRACKED_SESSIONS.labels(replica).set(len(target.sessions))
 
@@ -340,6 +341,14 @@ class ResidencyTracker:
         return gained > 0
 
     # -- the views' side ----------------------------------------------------------------
+
+    def block_size(self) -> int | None:
+        """The KV block size the replicas' events carry, when every replica that sent
+        one agrees (None before any store event, or when they differ)."""
+        with self._lock:
+            sizes = {replica.block_size for replica in self._replicas.values()}
+        sizes.discard(None)
+        return sizes.pop() if len(sizes) == 1 else None
 
     def prefix(self, tokens: Sequence[int], salt: str | None) -> list[PrefixOnReplica]:
         """Per configured replica, how many leading tokens of ``tokens`` (a response's

@@ -29,6 +29,17 @@ class TokenDivergence(BaseModel):
     )
 
 
+class CacheWriteView(BaseModel):
+    engine: int = Field(
+        description="Prompt tokens the engine reported writing to its prefix cache "
+        "(usage.input_tokens_details.cache_write_tokens)."
+    )
+    expected: int = Field(
+        description="Ours: the prompt's full blocks that were not already cached."
+    )
+    agrees: bool
+
+
 class TokenAccountView(BaseModel):
     status: Literal["exact", "diverged", "cold_start", "unknown"]
     token_exact: bool = Field(
@@ -65,4 +76,9 @@ class TokenAccountView(BaseModel):
     divergence: TokenDivergence | None
     changes: list[str] = Field(description="Fingerprint components changed since the parent.")
     reason: str | None = Field(description="Why the account is unknown.")
+    cache_write: CacheWriteView | None = Field(
+        default=None,
+        description="The engine's own cache writes against ours; null when the engine "
+        "reports none (or the block size is unknown).",
+    )
     explanation: str

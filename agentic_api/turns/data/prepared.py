@@ -17,6 +17,7 @@ from agentic_api.turns.data.caller import Caller, Reservation
 from agentic_api.wire.events import CONTINUABLE_STATUSES
 from agentic_api.wire.items import Item
 from agentic_api.wire.mcp import ApprovalResponse
+from agentic_api.wire.reasoning_context import sent_items
 from agentic_api.wire.requests import CreateResponseRequest
 from lineage import ExecutionFingerprint, FingerprintChange, ResponseLineage
 
@@ -98,6 +99,12 @@ class PreparedTurn:
     @property
     def prompt_items(self) -> list[Item]:
         return [*self.history, *self.new_input]
+
+    @property
+    def sent_prompt_items(self) -> list[Item]:
+        """The prompt items the model is sent: under ``reasoning.context: current_turn``,
+        without the reasoning of earlier turns (``wire/reasoning_context.py``)."""
+        return sent_items(self.prompt_items, self.request.reasoning_context)
 
     @property
     def conversation_id(self) -> str | None:

@@ -17,7 +17,9 @@ TOKEN_IDS_FIELD = {"enable_response_messages": True}
 @dataclass
 class TokenPlan:
     capabilities: TokenCapabilities
-    block_size: int
+    # The engine's KV block size (setting, its /metrics, its KV events); None: unknown,
+    # and so is every continuation's account.
+    block_size: int | None
     # Whether the upstream request asks for token ids.
     asked: bool
     # The parent's exact tokens, read while the model runs; a string says why there are

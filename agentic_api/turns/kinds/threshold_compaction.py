@@ -106,7 +106,7 @@ async def run_threshold_compaction(run: TurnInProgress) -> Ending:
     turn, relay, emit = run.turn, run.relay, run.emit
     fields: dict[str, Any] = orjson.loads(turn.body)
     fields.pop("input", None)
-    window = compacted_window(turn.prompt_items)
+    window = compacted_window(turn.sent_prompt_items)
     summarized = await summarize(run, summary_body(fields, window, turn.request.max_output_tokens))
     if isinstance(summarized, ApiError):
         return summarized

@@ -135,7 +135,7 @@ class ToolLoop:
         client_tools = [t for t in turn.request.tools or () if not is_mcp(t)]
         catalog = toolbox.catalog(client_tools)
         resumed = self._resolve_approvals(catalog)
-        state = LoopState(fields=self._fields(catalog), prompt=turn.prompt_items)
+        state = LoopState(fields=self._fields(catalog), prompt=turn.sent_prompt_items)
         for server, _ in toolbox.listings:
             listed = [t.as_wire() for t in catalog.allowed[server.server_label]]
             state.output.append(

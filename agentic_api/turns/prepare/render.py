@@ -35,7 +35,6 @@ _SENT_UPSTREAM = (
     "top_p",
     "top_logprobs",
     "text",
-    "reasoning",
     "truncation",
     "prompt_cache_key",
     "user",
@@ -56,6 +55,9 @@ def upstream_fields(
         value = getattr(request, name)
         if value is not None:
             fields[name] = value
+    reasoning = request.upstream_reasoning()
+    if reasoning is not None:
+        fields["reasoning"] = reasoning
     include = upstream_include(request.include)
     if include:
         # Only the values the upstream acts on; the rest are ours (wire/create_fields.py).

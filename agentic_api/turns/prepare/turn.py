@@ -40,6 +40,7 @@ from agentic_api.turns.prepare.summary_request import (
 )
 from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
+from agentic_api.wire.reasoning_context import sent_items
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import base_response
 from lineage import (
@@ -101,9 +102,10 @@ async def prepare_turn(
         tool_choice=request.tool_choice,
         parallel_tool_calls=request.parallel_tool_calls,
         text=request.text,
-        reasoning=request.reasoning,
+        reasoning=request.upstream_reasoning(),
         truncation=request.truncation,
         salt_epoch=caller.salt_epoch,
+        reasoning_context=request.reasoning_context,
     )
     parent_fingerprint = continued.fingerprint
     changes = fingerprint.diff(parent_fingerprint) if parent_fingerprint else []
@@ -115,7 +117,7 @@ async def prepare_turn(
     add_agentic_context(fields, lineage, request, agentic_context_of(services.settings))
     if request.prewarms:
         for_prewarm(fields)
-    prompt = [*history, *new_input]
+    prompt = sent_items([*history, *new_input], request.reasoning_context)
     if compact_threshold(request) is not None:
         prompt = compacted_window(prompt)
     with tracing.span("render"):

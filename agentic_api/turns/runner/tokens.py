@@ -25,6 +25,7 @@ from agentic_api.cache.accounting import (
     Continuation,
     TokenAccount,
     account,
+    cache_write,
     cold_start,
     unknown,
     with_pieces,
@@ -34,7 +35,7 @@ from agentic_api.cache.diagnostics import NOT_FOUND, UNAVAILABLE, diagnostics
 from agentic_api.cache.recent import TokenArtifact
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
-from agentic_api.metrics import record_token_account
+from agentic_api.metrics import record_cache_write, record_token_account
 from agentic_api.runtime import Runtime
 from agentic_api.storage.fault_log import log_step_failure
 from agentic_api.storage.models import Response, TokenArtifactRow
@@ -45,6 +46,7 @@ from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD, TokenPlan, TokenR
 from agentic_api.turns.prepare.history import salt_identity
 from agentic_api.turns.prepare.render import streams_upstream
 from agentic_api.turns.runner.relay import StreamRelay
+from agentic_api.upstream.capabilities import TokenCapabilities
 from agentic_api.upstream.token_fields import MissingTokens, ReportedTokens
 from agentic_api.wire.items import Item
 from lineage import ExecutionFingerprint, FingerprintChange, canonical_json, prefix_digest
@@ -66,7 +68,7 @@ def attach_tokens(services: Runtime, turn: PreparedTurn) -> tuple[PreparedTurn, 
     asked = turn.request.store and capabilities.ids_for(streams_upstream(turn.request))
     if not asked:
         return turn, None
-    plan = TokenPlan(capabilities, services.tokens.block_size(capabilities), asked=True)
+    plan = TokenPlan(capabilities, engine_block_size(services, capabilities), asked=True)
     if turn.parent is not None:
         plan.parent = asyncio.get_running_loop().create_task(
             stored_tokens(services, turn.caller.tenant_id, turn.parent)
@@ -75,6 +77,22 @@ def attach_tokens(services: Runtime, turn: PreparedTurn) -> tuple[PreparedTurn, 
         # The tool loop renders its own rounds (turns/kinds/tool_loop.py adds the field).
         turn = replace(turn, body=canonical_json(TOKEN_IDS_FIELD)[:-1] + b"," + turn.body[1:])
     return turn, plan
+
+
+# Why a continuation has no account when no source names the engine's block size.
+UNKNOWN_BLOCK_SIZE = (
+    "the engine's KV block size is unknown (no AGENTIC_KV_BLOCK_SIZE, no cache_config_info "
+    "in the upstream's /metrics, no KV event yet)"
+)
+
+
+def engine_block_size(services: Runtime, capabilities: TokenCapabilities) -> int | None:
+    """The KV block size the engine reports: the setting, its /metrics, else the block
+    size its KV events carry; None rather than an assumed default."""
+    size = services.tokens.block_size(capabilities)
+    if size is None and services.residency is not None:
+        size = services.residency.block_size()
+    return size
 
 
 def _bind_tokenizer(turn: PreparedTurn, tokenizer: str) -> PreparedTurn:
@@ -168,6 +186,11 @@ async def _settle(
     services.tokens.observed(turn.request.model, streamed, ids=True)
     assert isinstance(first, ReportedTokens) and isinstance(last, ReportedTokens)
     made = await _account(turn, plan, first)
+    written = cache_write(
+        first.cache_write_tokens, len(first.prompt), first.cached_tokens, plan.block_size
+    )
+    if written is not None:
+        made = replace(made, cache_write=written)
     if turn.compacts:
         # Its continuations replay the summary, not this prompt and output: nothing of
         # its tokens is theirs to reuse.
@@ -216,6 +239,8 @@ async def _account(turn: PreparedTurn, plan: TokenPlan, first: ReportedTokens) -
     parent_id = _parent_id(turn)
     if isinstance(parent, str):
         return unknown(parent, parent_id=parent_id, measured=first.cached_tokens)
+    if plan.block_size is None:
+        return unknown(UNKNOWN_BLOCK_SIZE, parent_id=parent_id, measured=first.cached_tokens)
     continuation = Continuation(
         parent_id=parent.response_id,
         changes=tuple(change.component for change in turn.fingerprint_changes),
@@ -281,6 +306,8 @@ def after_commit(
         measured=made.measured_cached,
         lost={cause.value: tokens for cause, tokens in made.lost.items()},
     )
+    if made.cache_write is not None:
+        record_cache_write(turn.request.model, agrees=made.cache_write.agrees)
     record_token_account(
         turn.request.model,
         turn.caller.tenant_id,
@@ -394,7 +421,7 @@ async def _against(
         return dict(NOT_FOUND)
     rounds = relay.token_rounds
     first = rounds[0] if rounds else None
-    if plan is None or not isinstance(first, ReportedTokens):
+    if plan is None or plan.block_size is None or not isinstance(first, ReportedTokens):
         return dict(UNAVAILABLE)
     artifact = await stored_tokens(services, tenant_id, row)
     if isinstance(artifact, str):

@@ -62,7 +62,18 @@ def explain_account(stored: Mapping[str, Any]) -> str:
     extra = stored.get("extra_cached") or 0
     if extra:
         tail.append(f"{_n(extra)} more were cached from a prefix shared with other requests")
+    tail.extend(_cache_write_mismatch(stored))
     return head + ("; " + "; ".join(tail) if tail else "") + "."
+
+
+def _cache_write_mismatch(stored: Mapping[str, Any]) -> list[str]:
+    written = stored.get("cache_write") or {}
+    if not written or written.get("agrees"):
+        return []
+    return [
+        f"the engine reports writing {_n(written.get('engine'))} prompt tokens to its cache "
+        f"where {_n(written.get('expected'))} were expected (its full blocks not cached)"
+    ]
 
 
 def _divergence_sentence(stored: Mapping[str, Any]) -> str:

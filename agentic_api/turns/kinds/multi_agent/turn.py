@@ -114,7 +114,7 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
         agent.task = asyncio.ensure_future(loop.run_subagent(agent))
 
     tree.start = start
-    root = Agent(name=ROOT_AGENT, parent=None, depth=0, items=list(turn.prompt_items))
+    root = Agent(name=ROOT_AGENT, parent=None, depth=0, items=turn.sent_prompt_items)
     root.relay = run.relay
     tree.add(root)
     prompt_length = len(root.items)
