@@ -13,8 +13,6 @@ re-warm is sent and the root's next round comes back cold (the control).
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,13 +21,19 @@ from typing import Any
 
 import pytest
 
-from tests.api.test_keep_warm import admin_client, eventually, keep_warm_server, words
+from tests.api.test_keep_warm import (
+    BLOCK,
+    admin_client,
+    eventually,
+    keep_warm_server,
+    kv_simulator,
+    words,
+)
 from tests.api.test_multi_agent_tree import ALPHA, ROOT, by_agent, create_tree
 from tests.support.tenants import create_tenant
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 from tests.upstream_sim.state import RecordedRequest
 
-BLOCK = 16
 # Room for the root's prefix (instructions, the six actions' schemas, the question) and
 # its subagent's, not for another tenant's long prompt as well.
 CAPACITY_BLOCKS = 160
@@ -39,17 +43,8 @@ SUBAGENT_SECONDS = 6.0
 
 @pytest.fixture(scope="module")
 def tree_kv_sim(backend: str) -> Iterator[SimServer]:
-    folder = Path(tempfile.mkdtemp(prefix="mkw-"))  # ipc:// paths must stay short
-    try:
-        with SimServer(
-            block_size=BLOCK,
-            cache_capacity_blocks=CAPACITY_BLOCKS,
-            kv_events_endpoint=f"ipc://{folder}/sim.ipc",
-            kv_events_topic=f"mkw-{backend}",
-        ) as server:
-            yield server
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with kv_simulator(f"mkw-{backend}", CAPACITY_BLOCKS) as server:
+        yield server
 
 
 @pytest.fixture
