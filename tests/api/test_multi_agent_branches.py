@@ -12,6 +12,7 @@ admin agents view names every agent's response.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +22,7 @@ from openai import NotFoundError
 from tests.api.test_multi_agent_tree import (
     ALPHA,
     BETA,
+    BETAS,
     INSTRUCTIONS,
     MODEL,
     QUESTION,
@@ -174,3 +176,49 @@ def test_a_failed_subagent_is_stored_failed_with_its_reason(
     assert "too long" in beta.error.message
     # Its input is kept (what it was given); nothing continues from a failed turn.
     assert len(list(client.responses.input_items.list(beta.id))) == 2
+
+
+def test_a_grandchild_of_a_background_tree_continues_from_what_it_saw(
+    branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    """A subagent's subagent (its prefix starts with its parent's, which starts with the
+    root's), in a background tree (the commit of a queued response)."""
+    client = branch_server.client(tenant, timeout=30)
+    sources = f"{ALPHA}/sources"
+    sim.push_for(
+        ROOT,
+        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Find A."})]),
+        ToolCalls([Call("wait_agent", {})]),
+        Reply("A is 1."),
+    )
+    sim.push_for(
+        ALPHA,
+        ToolCalls([Call("spawn_agent", {"task_name": "sources", "message": "Cite A."})]),
+        ToolCalls([Call("wait_agent", {})]),
+        Reply("A is 1, cited."),
+    )
+    sim.push_for(sources, Reply("The source says A is 1."))
+    queued = create_tree(client, background=True)
+    deadline = time.monotonic() + 20
+    found = queued
+    while found.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.1)
+        found = client.beta.responses.retrieve(queued.id, betas=BETAS)
+    assert found.status == "completed"
+    admin = AdminApi(branch_server.url, branch_server.db_url)
+    try:
+        accounts = admin.get(f"/responses/{queued.id}/agents")["agents"]
+    finally:
+        admin.close()
+    named = {agent["agent_name"]: agent["response_id"] for agent in accounts}
+    assert set(named) == {ROOT, ALPHA, sources}
+    grandchild = client.responses.retrieve(named[sources])
+    assert grandchild.status == "completed"
+    assert grandchild.output_text == "The source says A is 1."
+    first = by_agent(sim)[sources][0].json["input"]
+    sim.reset()
+    sim.push(Reply("Yes."))
+    client.responses.create(model=MODEL, previous_response_id=named[sources], input="Sure?")
+    sent = sim.requests("/v1/responses")[-1].json["input"]
+    assert sent[: len(first)] == first
+    assert len(sent) == len(first) + 2
