@@ -222,3 +222,20 @@ def test_a_grandchild_of_a_background_tree_continues_from_what_it_saw(
     sent = sim.requests("/v1/responses")[-1].json["input"]
     assert sent[: len(first)] == first
     assert len(sent) == len(first) + 2
+
+
+def test_an_interrupted_subagent_is_stored_cancelled(
+    branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    client = branch_server.client(tenant, timeout=30)
+    sim.push_for(
+        ROOT,
+        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Take your time."})]),
+        ToolCalls([Call("interrupt_agent", {"target": "alpha"})]),
+        Reply("Stopped it."),
+    )
+    sim.push_for(ALPHA, Reply("Too late.", delay=10))
+    root = create_tree(client)
+    assert root.status == "completed"
+    alpha = client.responses.retrieve(spawned_ids(root)[ALPHA])
+    assert alpha.status == "cancelled" and alpha.output == []
