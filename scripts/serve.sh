@@ -223,9 +223,11 @@ start_simulator() {
   setsid .venv/bin/python -m tests.upstream_sim --port 0 --model "$SIM_MODEL" >"$RUN_TMP/sim.out" 2>"$RUN_TMP/sim.err" &
   sim_pid=$!
   local sport=""
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 300); do
     # Its first line: "upstream-sim listening on http://127.0.0.1:PORT".
-    sport="$(head -n 1 "$RUN_TMP/sim.out" 2>/dev/null | sed -n 's#.*://127\.0\.0\.1:\([0-9]*\)$#\1#p')"
+    # (|| true: until the background job has opened sim.out, head fails, and with pipefail
+    # and set -e that failure ended the script — seen under load.)
+    sport="$(head -n 1 "$RUN_TMP/sim.out" 2>/dev/null | sed -n 's#.*://127\.0\.0\.1:\([0-9]*\)$#\1#p' || true)"
     [[ -n "$sport" ]] && break
     kill -0 "$sim_pid" 2>/dev/null || { cat "$RUN_TMP/sim.err" >&2; say "the simulator did not start"; exit 1; }
     sleep 0.1

@@ -46,7 +46,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -84,6 +84,8 @@ class Rewarm:
     response_id: str  # the paused turn whose continuation was warmed
     tenant_id: str
     at: float
+    # Its pause's key: the session's id, or a waiting agent's (``agent_waiting``).
+    key: str
     reason: str
     replica: str | None
     # Leading tokens of the paused turn's prompt + output resident before (None: no ids).
@@ -123,6 +125,13 @@ class Pause:
     paused_at: float
     input_tokens: int
     output_tokens: int
+    # A pause inside a running turn: an agent of a multi-agent tree waiting on its
+    # subagents (``agent_waiting``). ``key`` tells it apart from its session's own pause,
+    # ``warm`` re-warms its prefix (sends it upstream, returns the usage) in place of the
+    # stored turn's continuation, ``tokens`` are its prompt + output ids when known.
+    key: str = ""
+    warm: Callable[[], Awaitable[dict[str, Any]]] | None = None
+    tokens: Sequence[int] | None = None
     # When the agent is expected back, from its earlier pauses (None: none seen).
     expected_return_at: float | None = None
     # Most leading tokens of prompt + output seen resident since the pause, and where.
@@ -133,6 +142,10 @@ class Pause:
     rewarms: int = 0
     task: Cancellable | None = None
     skipped: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            self.key = self.session_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,10 +258,34 @@ class KeepWarm:
             output_tokens=int(usage.get("output_tokens") or 0),
         )
         pause.expected_return_at = self._expected_return(session_id, pause.paused_at)
-        self._paused[session_id] = pause
-        self._paused.move_to_end(session_id)
+        self._keep(pause)
+
+    def _keep(self, pause: Pause) -> None:
+        self._paused[pause.key] = pause
+        self._paused.move_to_end(pause.key)
         while len(self._paused) > self.max_sessions:
             self._paused.popitem(last=False)
+
+    def agent_waiting(self, pause: Pause) -> None:
+        """An agent of a running multi-agent tree waits on its subagents: a paused
+        session of its own (``pause.key``, ``pause.warm``) until ``agent_back``. Its
+        prefix is the start of every later round of it, so one evicted while it waits is
+        re-warmed as a paused turn's is, within the same bounds."""
+        self._keep(pause)
+
+    def agent_back(self, pause: Pause) -> None:
+        """The waiting agent goes on: it needs no keeping warm (a re-warm in flight is
+        cancelled; one done is settled by ``agent_round``)."""
+        if self._paused.get(pause.key) is pause:
+            del self._paused[pause.key]
+        running = pause.rewarm is not None and pause.rewarm.outcome == "running"
+        if running and pause.task is not None:
+            pause.task.cancel()
+
+    def agent_round(self, pause: Pause, cached_tokens: int) -> None:
+        """The waiting agent's next round found ``cached_tokens``: settles its re-warm."""
+        if pause.rewarm is not None and pause.rewarm.outcome == "done":
+            self._settle(pause.rewarm, cached_tokens)
 
     def _learn_pause(self, session_id: str, length: float) -> None:
         lengths = self._pause_lengths.setdefault(session_id, deque(maxlen=PAUSES_KEPT))
@@ -279,9 +316,9 @@ class KeepWarm:
         checks pressure, then calls ``started`` or ``skip``). ``tokens_of``: the paused
         turn's prompt + output token ids, when this process has them."""
         now = self.now()
-        for session_id, pause in list(self._paused.items()):
+        for key, pause in list(self._paused.items()):
             if now - pause.paused_at > self.ttl_seconds:
-                del self._paused[session_id]
+                del self._paused[key]
                 metrics.KEEP_WARM_SKIPPED.labels("ttl").inc()
                 if pause.rewarm is not None and pause.rewarm.outcome == "done":
                     # Warmed for an agent that did not come back in time.
@@ -430,6 +467,7 @@ class KeepWarm:
             response_id=pause.response_id,
             tenant_id=pause.tenant_id,
             at=now,
+            key=pause.key,
             reason=due.reason,
             replica=due.replica,
             resident_before=due.resident,
@@ -451,15 +489,16 @@ class KeepWarm:
             self._records.popitem(last=False)
         return rewarm
 
-    def forget(self, session_id: str) -> None:
-        """No longer keep the session warm (its tenant is disabled or gone)."""
-        self._paused.pop(session_id, None)
+    def forget(self, key: str) -> None:
+        """No longer keep the session (or waiting agent) warm: its tenant is disabled or
+        gone."""
+        self._paused.pop(key, None)
 
     def is_paused(self, pause: Pause) -> bool:
-        return self._paused.get(pause.session_id) is pause
+        return self._paused.get(pause.key) is pause
 
     def attach(self, rewarm: Rewarm, task: Cancellable) -> None:
-        pause = self._paused.get(rewarm.session_id)
+        pause = self._paused.get(rewarm.key)
         if pause is not None and pause.rewarm is rewarm:
             pause.task = task
 
@@ -484,6 +523,7 @@ class KeepWarm:
         return list(self._records.get(session_id, ()))
 
     def paused_sessions(self) -> list[str]:
+        """The keys of what is paused: session ids, and waiting agents' keys."""
         return list(self._paused)
 
     def _block_size(self, replica: str | None) -> int | None:

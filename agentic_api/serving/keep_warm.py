@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from agentic_api.cache.keep_warm import Due, KeepWarm, Pause, Rewarm
 from agentic_api.errors import ApiError
@@ -93,23 +94,19 @@ class KeepWarmLoop(Periodic):
         return url
 
     def _tokens_of(self, pause: Pause) -> Sequence[int] | None:
+        if pause.warm is not None:
+            return pause.tokens  # an agent waiting inside a running tree
         kept = self.services.artifacts.get(pause.tenant_id, pause.response_id)
         return None if kept is None else kept.prompt + kept.output
 
     async def _rewarm(self, pause: Pause, rewarm: Rewarm) -> None:
-        request = continuation_prewarm(pause.request, pause.response_id)
         try:
-            # The tenant as it is now, not as it was at the pause: a disabled tenant gets no
-            # more upstream work, and a rotated salt warms what the agent's next turn (under
-            # the new salt) will read. A purged response fails in prepare_turn (not found).
-            tenant = await active_tenant(self.services, pause.tenant_id)
-            if tenant is None:
-                self.policy.forget(pause.session_id)
-                self.policy.ended(rewarm, "cancelled", "the tenant is disabled or gone")
-                return
-            caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
-            turn = await prepare_turn(self.services, caller, request)
-            done = await run_prewarm(self.services, turn)
+            if pause.warm is not None:
+                # An agent waiting inside a running tree: its own turn sends its prefix
+                # (the tree runs for a tenant that was active when it started).
+                usage: dict[str, Any] | None = await pause.warm()
+            else:
+                usage = await self._prewarm(pause, rewarm)
         except asyncio.CancelledError:
             self.policy.ended(rewarm, "cancelled", "the agent came back first")
             raise
@@ -117,4 +114,22 @@ class KeepWarmLoop(Periodic):
             self.policy.ended(rewarm, "failed", exc.message)
             log.warning("keep-warm re-warm failed", session_id=pause.session_id, error=exc.code)
             return
-        self.policy.finished(rewarm, done.response["usage"])
+        if usage is not None:
+            self.policy.finished(rewarm, usage)
+
+    async def _prewarm(self, pause: Pause, rewarm: Rewarm) -> dict[str, Any] | None:
+        """The paused turn's continuation, prewarmed; its usage (None: not sent)."""
+        request = continuation_prewarm(pause.request, pause.response_id)
+        # The tenant as it is now, not as it was at the pause: a disabled tenant gets no
+        # more upstream work, and a rotated salt warms what the agent's next turn (under
+        # the new salt) will read. A purged response fails in prepare_turn (not found).
+        tenant = await active_tenant(self.services, pause.tenant_id)
+        if tenant is None:
+            self.policy.forget(pause.key)
+            self.policy.ended(rewarm, "cancelled", "the tenant is disabled or gone")
+            return None
+        caller = Caller(tenant.id, tenant.salt_epoch, tenant.cache_salt)
+        turn = await prepare_turn(self.services, caller, request)
+        done = await run_prewarm(self.services, turn)
+        usage: dict[str, Any] = done.response["usage"]
+        return usage

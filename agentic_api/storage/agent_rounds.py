@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentic_api.storage.models import AgentRoundRow
+from agentic_api.storage.models import AgentRoundRow, Response
 
 
 @dataclass(frozen=True)
@@ -81,3 +81,14 @@ class AgentRoundRepository:
             )
             for row in (await self.session.execute(query)).scalars()
         ]
+
+    async def subagent_responses(self, tenant_id: str, response_id: str) -> dict[str, str]:
+        """The responses of ``response_id``'s subagents, by agent name."""
+        query = select(Response.agent_name, Response.id).where(
+            Response.spawned_by == response_id, Response.tenant_id == tenant_id
+        )
+        return {
+            name: own_id
+            for name, own_id in (await self.session.execute(query)).all()
+            if name is not None
+        }

@@ -182,6 +182,11 @@ class Response(Base):
     # pieces) may hold a NUL that PostgreSQL cannot turn into text while reading the JSON.
     lost_tokens: Mapped[int | None] = mapped_column(BigInteger)
     lost_by_cause: Mapped[dict[str, int] | None] = mapped_column(QueryableJsonDocument)
+    # A subagent of a multi-agent response (the hosted multi-agent beta) is stored as a
+    # response of its own, in the same commit as the response whose tree spawned it:
+    # that response's id and the agent's name. NULL for every other response.
+    spawned_by: Mapped[str | None] = mapped_column(ID, index=True)
+    agent_name: Mapped[str | None] = mapped_column(String(400))
 
 
 class ResponseItem(Base):

@@ -40,19 +40,26 @@ TOOLS: Any = [
 ]
 
 
-@pytest.fixture(scope="module")
-def kv_sim(backend: str) -> Iterator[SimServer]:
+@contextmanager
+def kv_simulator(topic: str, capacity_blocks: int) -> Iterator[SimServer]:
+    """A simulator publishing vLLM's KV events from a prefix cache of ``capacity_blocks``."""
     folder = Path(tempfile.mkdtemp(prefix="kw-"))  # ipc:// paths must stay short
     try:
         with SimServer(
             block_size=BLOCK,
-            cache_capacity_blocks=CAPACITY_BLOCKS,
+            cache_capacity_blocks=capacity_blocks,
             kv_events_endpoint=f"ipc://{folder}/sim.ipc",
-            kv_events_topic=f"kw-{backend}",
+            kv_events_topic=topic,
         ) as server:
             yield server
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def kv_sim(backend: str) -> Iterator[SimServer]:
+    with kv_simulator(f"kw-{backend}", CAPACITY_BLOCKS) as server:
+        yield server
 
 
 @pytest.fixture

@@ -301,6 +301,28 @@ def test_a_forced_tool_choice_applies_to_the_roots_first_round(
     assert {rec.json["tool_choice"] for rec in later} == {"auto"}
 
 
+def test_a_forced_spawn_applies_until_the_root_started_as_many_as_may_run_at_once(
+    tree_client: OpenAI, sim: SimServer
+) -> None:
+    """A model that makes one call a round, forced to spawn_agent, still starts
+    max_concurrent_subagents (2) subagents; the rounds after are free."""
+    sim.push_for(
+        ROOT,
+        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Find A."})]),
+        ToolCalls([Call("spawn_agent", {"task_name": "beta", "message": "Find B."})]),
+        ToolCalls([Call("wait_agent", {})]),
+        Reply("A is 1 and B is 2."),
+    )
+    sim.push_for(ALPHA, Reply("A is 1."))
+    sim.push_for(BETA, Reply("B is 2."))
+    forced = {"type": "function", "name": "spawn_agent"}
+    response = create_tree(tree_client, tool_choice=forced)
+    assert response.status == "completed"
+    requests = by_agent(sim)
+    assert [rec.json["tool_choice"] for rec in requests[ROOT]] == [forced, forced, "auto", "auto"]
+    assert {rec.json["tool_choice"] for rec in [*requests[ALPHA], *requests[BETA]]} == {"auto"}
+
+
 def test_the_response_ends_when_the_whole_tree_has(tree_client: OpenAI, sim: SimServer) -> None:
     """A root that answers while a subagent still works: the subagent finishes, and its
     work is shown after the root's answer (not thrown away)."""

@@ -38,6 +38,9 @@ EXPECTED_PREFIXES = {
     "CALL": "call",
     "JOB": "job",
     "MESSAGE_TURN": "mturn",
+    "MULTI_AGENT_CALL": "mac",
+    "MULTI_AGENT_OUTPUT": "maco",
+    "AGENT_MESSAGE": "amsg",
 }
 
 

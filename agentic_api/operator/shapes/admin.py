@@ -233,6 +233,11 @@ class FirstRequestReuse(BaseModel):
 class AgentAccount(BaseModel):
     agent_name: str
     parent_agent: str | None
+    response_id: str | None = Field(
+        default=None,
+        description="The agent's own stored response: the root's is the response itself; "
+        "a subagent's is stored with it (GET /v1/responses/{id}, continuable).",
+    )
     input_tokens: int
     cached_tokens: int
     output_tokens: int

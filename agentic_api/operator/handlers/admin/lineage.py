@@ -82,10 +82,16 @@ async def agent_accounts(services: Runtime, response_id: str) -> AdminAgentAccou
         if not chain:
             raise _response_not_found(response_id)
         turn = chain[-1]
-        rounds = await AgentRoundRepository(session).for_response(turn.tenant_id, turn.id)
-    return AdminAgentAccounts(
-        response_id=turn.id, tenant_id=turn.tenant_id, agents=accounts_of(rounds)
-    )
+        accounts = AgentRoundRepository(session)
+        rounds = await accounts.for_response(turn.tenant_id, turn.id)
+        stored = await accounts.subagent_responses(turn.tenant_id, turn.id)
+    agents = [
+        account.model_copy(update={"response_id": stored.get(account.agent_name)})
+        if account.parent_agent is not None
+        else account.model_copy(update={"response_id": turn.id})
+        for account in accounts_of(rounds)
+    ]
+    return AdminAgentAccounts(response_id=turn.id, tenant_id=turn.tenant_id, agents=agents)
 
 
 def accounts_of(rounds: list[AgentRound]) -> list[AgentAccount]:

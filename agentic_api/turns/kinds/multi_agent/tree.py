@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from array import array
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -71,6 +71,10 @@ class Agent:
     # that spawned it, when the upstream reports them: its first request's expected reuse.
     last_prompt: array[int] | None = None
     parent_prompt: array[int] | None = None
+    # A subagent's own stored response (minted at its spawn, stored with the response
+    # whose tree it belongs to), and how many of its items it started with.
+    response_id: str | None = None
+    started_with: int = 0
     task: asyncio.Task[None] | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -129,6 +133,10 @@ class Tree:
         self.agents: dict[str, Agent] = {}
         self.spawned = 0
         self.start: Callable[[Agent], None] = lambda agent: None
+        # While an agent waits on running subagents (keep-warm pauses it: waits.py), and
+        # each agent's round as it is counted (its cached tokens).
+        self.waiting: Callable[[Agent], AbstractContextManager[None]] = lambda agent: nullcontext()
+        self.counted: Callable[[Agent, int], None] = lambda agent, cached: None
         self.usage: dict[str, Any] = empty_usage()
 
     def add(self, agent: Agent) -> None:
@@ -160,6 +168,7 @@ class Tree:
             expected = shared // self.block_size * self.block_size
         agent.last_prompt = prompt
         details = usage.get("input_tokens_details") or {}
+        self.counted(agent, int(details.get("cached_tokens") or 0))
         self.rounds.append(
             AgentRound(
                 agent_name=agent.name,
@@ -215,11 +224,13 @@ class Tree:
         child.parent_prompt = parent.last_prompt
         # The parent's prompt as its last round sent it, then the task.
         child.items = [*parent.sent, user_message(task_message(child, spawn.message))]
+        child.started_with = len(child.items)
+        child.response_id = mint_id(IdKind.RESPONSE)
         self.spawned += 1
         self.add(child)
         self.publish(agent_message_item(parent.name, name, spawn.message))
         self.start(child)
-        return _json({"agent_name": name, "status": child.status})
+        return _json({"agent_name": name, "status": child.status, "response_id": child.response_id})
 
     async def _wait(self, agent: Agent, wait: Wait) -> str:
         if wait.targets is None:
@@ -233,7 +244,8 @@ class Tree:
         if running:
             timeout = None if wait.timeout_ms is None else wait.timeout_ms / 1000
             waits = [asyncio.ensure_future(w) for w in running]
-            _, pending = await asyncio.wait(waits, timeout=timeout)
+            with self.waiting(agent):
+                _, pending = await asyncio.wait(waits, timeout=timeout)
             for left in pending:
                 left.cancel()
             timed_out = bool(pending)

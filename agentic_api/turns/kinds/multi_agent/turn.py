@@ -24,13 +24,15 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentic_api.errors import ApiError
-from agentic_api.storage.agent_rounds import AgentRound, AgentRoundRepository
+from agentic_api.storage.agent_rounds import AgentRoundRepository
 from agentic_api.storage.models import Response
 from agentic_api.turns.data.commit_steps import CommitHooks
 from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD
 from agentic_api.turns.kinds.multi_agent.actions import TOOLS
+from agentic_api.turns.kinds.multi_agent.branches import store_subagents
 from agentic_api.turns.kinds.multi_agent.loop import AgentLoop
 from agentic_api.turns.kinds.multi_agent.tree import Agent, Tree
+from agentic_api.turns.kinds.multi_agent.waits import WaitsKeptWarm
 from agentic_api.turns.prepare.render import (
     add_agentic_context,
     agentic_context_of,
@@ -71,14 +73,28 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
     fields = _shared_fields(run)
     # A tool choice that forces a call applies to the root's first round only: applied to
     # every round (and every subagent, which shares the fields) it would never let an
-    # agent answer. The choice is not part of the rendered prompt, so the prefix each
-    # subagent shares with its parent is the same either way.
-    forces = fields.get("tool_choice") == "required" or isinstance(fields.get("tool_choice"), dict)
+    # agent answer. One that forces spawn_agent asks the root to delegate: it applies to
+    # the root's rounds until it has started max_concurrent_subagents subagents (as many
+    # as may run at once; a model that makes one call per round then still starts them
+    # all), bounded by the rounds limit. The choice is not part of the rendered prompt,
+    # so the prefix each subagent shares with its parent is the same either way.
+    choice = fields.get("tool_choice")
+    forces = choice == "required" or isinstance(choice, dict)
+    forces_spawn = isinstance(choice, dict) and choice.get("name") == "spawn_agent"
     later = {**fields, "tool_choice": "auto"} if forces else fields
+
+    def forced(agent: Agent) -> bool:
+        if agent.parent is not None:
+            return False
+        if agent.rounds == 1:
+            return True
+        started = sum(1 for other in tree.subagents() if other.parent is agent)
+        return forces_spawn and started < max_concurrent
+
     context = agentic_context_of(settings)
 
     def fields_for(agent: Agent) -> dict[str, Any]:
-        own = fields if agent.parent is None and agent.rounds == 1 else later
+        own = fields if forced(agent) else later
         if context is None:
             return own
         own = dict(own)
@@ -86,6 +102,11 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
         return own
 
     loop = AgentLoop(run, tree, fields_for)
+    policy = run.services.keep_warm
+    if policy is not None:
+        # An agent waiting on its subagents is a paused session (waits.py).
+        waits = WaitsKeptWarm(run, tree, policy, fields_for)
+        tree.waiting, tree.counted = waits.waiting, waits.after_round
 
     def start(agent: Agent) -> None:
         if agent.relay is None:
@@ -117,7 +138,7 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
         await tree.stop_all()
     if isinstance(outcome, ApiError):
         return outcome
-    _store_rounds_with_the_response(run, tree.rounds)
+    _store_with_the_response(run, tree)
     return Completion(
         status="incomplete" if outcome == "incomplete" else "completed",
         output=output,
@@ -149,11 +170,14 @@ def _shared_fields(run: TurnInProgress) -> dict[str, Any]:
     return fields
 
 
-def _store_rounds_with_the_response(run: TurnInProgress, rounds: list[AgentRound]) -> None:
-    """Every agent's rounds (its token account) are written in the response's commit."""
+def _store_with_the_response(run: TurnInProgress, tree: Tree) -> None:
+    """Every agent's rounds (its token account) and every subagent's own response
+    (branches.py) are written in the response's commit."""
+    turn = run.turn
 
     async def store(session: AsyncSession, row: Response) -> None:
-        await AgentRoundRepository(session).insert(row.tenant_id, row.id, rounds)
+        await AgentRoundRepository(session).insert(row.tenant_id, row.id, tree.rounds)
+        await store_subagents(session, turn, row, tree.subagents())
 
     hooks = run.hooks
     run.hooks = CommitHooks(steps=(*hooks.steps, store), event_log=hooks.event_log)
