@@ -24,13 +24,13 @@ import pytest
 from tests.api.test_keep_warm import (
     BLOCK,
     admin_client,
-    eventually,
     keep_warm_server,
     kv_simulator,
     words,
 )
 from tests.api.test_multi_agent_tree import ALPHA, ROOT, by_agent, create_tree
 from tests.support.tenants import create_tenant
+from tests.support.waiting import eventually
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 from tests.upstream_sim.state import RecordedRequest
 
