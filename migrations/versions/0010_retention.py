@@ -33,8 +33,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("conversations") as batch:
-        batch.drop_column("safety_identifier")
+    # Plain ALTER TABLE, never a batch: on SQLite a batch recreates ``conversations``, and
+    # dropping the old table (foreign keys on) would reach the rows that refer to it.
+    op.drop_column("conversations", "safety_identifier")
     op.drop_index("ix_message_turns_created_at", table_name="message_turns")
     op.drop_index("ix_conversations_updated_at", table_name="conversations")
     op.drop_index("ix_responses_created_at", table_name="responses")

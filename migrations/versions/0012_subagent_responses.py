@@ -24,14 +24,15 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("responses") as batch_op:
-        batch_op.add_column(sa.Column("spawned_by", sa.String(64), nullable=True))
-        batch_op.add_column(sa.Column("agent_name", sa.String(400), nullable=True))
-        batch_op.create_index(batch_op.f("ix_responses_spawned_by"), ["spawned_by"], unique=False)
+    op.add_column("responses", sa.Column("spawned_by", sa.String(64), nullable=True))
+    op.add_column("responses", sa.Column("agent_name", sa.String(400), nullable=True))
+    op.create_index(op.f("ix_responses_spawned_by"), "responses", ["spawned_by"], unique=False)
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("responses") as batch_op:
-        batch_op.drop_index(batch_op.f("ix_responses_spawned_by"))
-        batch_op.drop_column("agent_name")
-        batch_op.drop_column("spawned_by")
+    # Plain ALTER TABLE, never a batch: on SQLite a batch recreates ``responses``, and
+    # dropping the old table (foreign keys on) cascades to every response's events and
+    # items (0009 drops its columns the same way).
+    op.drop_index(op.f("ix_responses_spawned_by"), table_name="responses")
+    op.drop_column("responses", "agent_name")
+    op.drop_column("responses", "spawned_by")
