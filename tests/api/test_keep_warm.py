@@ -148,7 +148,11 @@ def admin_client(server: RunningServer) -> Iterator[httpx.Client]:
 
 def paused_and_seen(agent: Agent, admin: httpx.Client, replica: str) -> Response:
     paused = agent.pause()
-    eventually(lambda: resident(admin, paused.id, replica) > 0, "the paused prefix resident")
+    # 30 s: the KV events come from another process, which a loaded 2-core machine (the
+    # real-vLLM tier beside this one) once kept from reporting within 15 s.
+    eventually(
+        lambda: resident(admin, paused.id, replica) > 0, "the paused prefix resident", seconds=30
+    )
     time.sleep(0.3)  # a few of the loop's ticks: it has seen the prefix resident
     return paused
 
