@@ -92,18 +92,33 @@ def _with_included(body: dict[str, Any], include: Sequence[str]) -> dict[str, An
 
 
 async def delete(services: Runtime, tenant_id: str, response_id: str) -> dict[str, Any]:
-    """Marks the response deleted (cancelling it first while it still runs)."""
+    """Marks the response deleted (cancelling it first while it still runs), with the
+    subagents its multi-agent tree stored. A subagent is not deleted alone: it is part of
+    its root's response (stored in its commit, named in its output), so it is a 400 that
+    names the root to delete instead."""
     async with services.db.read() as session:
         row = await ResponseRepository(session).get(tenant_id, response_id)
+    if row is not None and row.spawned_by is not None:
+        raise subagent_not_deletable(response_id, row.spawned_by)
     if row is not None and row.background and row.status not in TERMINAL_STATUSES:
         # A deleted response must not keep running (and spending) in a worker.
         await background.cancel(services, tenant_id, response_id)
     async with services.db.write() as session:
         deleted = await ResponseRepository(session).mark_deleted(tenant_id, response_id)
-    if not deleted:
+    if deleted is None:
         raise response_not_found(response_id)
-    services.histories.forget(response_id)
+    for gone in deleted:
+        services.histories.forget(gone)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+def subagent_not_deletable(response_id: str, root_id: str) -> ApiError:
+    return InvalidRequest(
+        f"Response '{response_id}' is a subagent of the multi-agent response '{root_id}' "
+        f"and is deleted with it: delete '{root_id}' instead.",
+        param="response_id",
+        code="subagent_response",
+    )
 
 
 async def input_items(

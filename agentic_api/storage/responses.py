@@ -21,7 +21,13 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import BindParameter
 
-from agentic_api.storage.models import Response, ResponseEvent, ResponseItem, TokenArtifactRow
+from agentic_api.storage.models import (
+    AgentRoundRow,
+    Response,
+    ResponseEvent,
+    ResponseItem,
+    TokenArtifactRow,
+)
 from agentic_api.storage.pagination import by_position
 from agentic_api.storage.turn_rows import (
     LIVE_CHECKPOINT,
@@ -253,27 +259,50 @@ class ResponseRepository:
         )
         return (await self.session.execute(query)).scalar_one_or_none()
 
-    async def mark_deleted(self, tenant_id: str, response_id: str) -> bool:
+    async def mark_deleted(self, tenant_id: str, response_id: str) -> list[str] | None:
+        """Marks a response deleted with the subagents its multi-agent tree stored (a tree
+        is stored whole and goes whole); returns the ids marked, the response's first, or
+        None when there is no live response ``response_id`` that is not itself a subagent
+        (a subagent goes only with its root: ``serving/responses.py`` refuses it)."""
+        now = utcnow()
         result = await self.session.execute(
             update(Response)
             .where(
                 Response.id == response_id,
                 Response.tenant_id == tenant_id,
                 Response.deleted_at.is_(None),
+                Response.spawned_by.is_(None),
             )
-            .values(deleted_at=utcnow(), updated_at=utcnow())
+            .values(deleted_at=now, updated_at=now)
         )
         if not result.rowcount:  # type: ignore[attr-defined]
-            return False
-        # The stored stream is only for replaying this response, and its token ids only for
-        # accounting its continuations (which can no longer be made): they go with it.
-        await self.session.execute(
-            delete(ResponseEvent).where(ResponseEvent.response_id == response_id)
+            return None
+        subagents = list(
+            (
+                await self.session.execute(
+                    update(Response)
+                    .where(
+                        Response.spawned_by == response_id,
+                        Response.tenant_id == tenant_id,
+                        Response.deleted_at.is_(None),
+                    )
+                    .values(deleted_at=now, updated_at=now)
+                    .returning(Response.id)
+                )
+            ).scalars()
         )
-        await self.session.execute(
-            delete(TokenArtifactRow).where(TokenArtifactRow.response_id == response_id)
-        )
-        return True
+        gone = [response_id, *subagents]
+        # Their items stay (a descendant's history still replays them). Their stored
+        # streams are only for replaying them, their token ids only for accounting their
+        # continuations (which can no longer be made), the tree's per-agent rounds only
+        # for showing them: those go with them.
+        for table, column in (
+            (ResponseEvent, ResponseEvent.response_id),
+            (TokenArtifactRow, TokenArtifactRow.response_id),
+            (AgentRoundRow, AgentRoundRow.response_id),
+        ):
+            await self.session.execute(delete(table).where(column.in_(gone)))
+        return gone
 
     async def count_for_tenant(self, tenant_id: str) -> int:
         query = select(func.count()).select_from(Response).where(Response.tenant_id == tenant_id)

@@ -30,6 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentic_api.storage.models import (
+    AgentRoundRow,
     ApiKey,
     Conversation,
     ConversationItem,
@@ -472,9 +473,10 @@ class AdminRepository:
     async def delete_conversation(
         self, tenant_id: str, conversation_id: str
     ) -> dict[str, int] | None:
-        """Deletes the conversation, its items, its turns and every response continued from
-        those turns by ``previous_response_id`` (their history holds the conversation's
-        content, and without their ancestors they could no longer be rehydrated anyway).
+        """Deletes the conversation, its items, its turns, the subagents its multi-agent
+        turns stored, and every response continued from any of those by
+        ``previous_response_id`` (their history holds the conversation's content, and
+        without their ancestors they could no longer be rehydrated anyway).
         Returns rows deleted per table, or None when the tenant has no such conversation."""
         owned = select(Conversation.id).where(
             Conversation.id == conversation_id, Conversation.tenant_id == tenant_id
@@ -505,19 +507,31 @@ class AdminRepository:
             .where(Response.tenant_id == tenant_id, Response.conversation_id == conversation_id)
             .cte("doomed", recursive=True)
         )
+        # A turn's continuations and the subagents its tree stored (and theirs, in turn).
         child = select(Response.id).join(
-            tree, and_(Response.previous_response_id == tree.c.id, Response.tenant_id == tenant_id)
+            tree,
+            and_(
+                or_(Response.previous_response_id == tree.c.id, Response.spawned_by == tree.c.id),
+                Response.tenant_id == tenant_id,
+            ),
         )
         # UNION (not ALL) so a response reached twice is listed once.
         tree = tree.union(child)
         return list((await self.session.execute(select(tree.c.id))).scalars().all())
 
     async def _delete_responses(self, response_ids: Sequence[str]) -> dict[str, int]:
-        counts = {"response_events": 0, "response_items": 0, "token_artifacts": 0, "responses": 0}
+        counts = {
+            "response_events": 0,
+            "response_items": 0,
+            "token_artifacts": 0,
+            "agent_rounds": 0,
+            "responses": 0,
+        }
         for start in range(0, len(response_ids), _DELETE_CHUNK):
             chunk = response_ids[start : start + _DELETE_CHUNK]
             for table, column in (
                 (ResponseEvent, ResponseEvent.response_id),
+                (AgentRoundRow, AgentRoundRow.response_id),
                 (TokenArtifactRow, TokenArtifactRow.response_id),
                 (ResponseItem, ResponseItem.response_id),
                 (Response, Response.id),
@@ -542,6 +556,7 @@ class AdminRepository:
                 "token_artifacts",
                 delete(TokenArtifactRow).where(TokenArtifactRow.tenant_id == tenant_id),
             ),
+            ("agent_rounds", delete(AgentRoundRow).where(AgentRoundRow.tenant_id == tenant_id)),
             ("responses", delete(Response).where(Response.tenant_id == tenant_id)),
             (
                 "conversation_items",

@@ -85,13 +85,21 @@ async def agent_accounts(services: Runtime, response_id: str) -> AdminAgentAccou
         accounts = AgentRoundRepository(session)
         rounds = await accounts.for_response(turn.tenant_id, turn.id)
         stored = await accounts.subagent_responses(turn.tenant_id, turn.id)
-    agents = [
+    agents = with_responses(accounts_of(rounds), turn.id, stored)
+    return AdminAgentAccounts(response_id=turn.id, tenant_id=turn.tenant_id, agents=agents)
+
+
+def with_responses(
+    accounts: list[AgentAccount], root_id: str, stored: dict[str, str]
+) -> list[AgentAccount]:
+    """The accounts naming each agent's own response: the root's is ``root_id``, a
+    subagent's the one its tree stored (``stored``, by agent name)."""
+    return [
         account.model_copy(update={"response_id": stored.get(account.agent_name)})
         if account.parent_agent is not None
-        else account.model_copy(update={"response_id": turn.id})
-        for account in accounts_of(rounds)
+        else account.model_copy(update={"response_id": root_id})
+        for account in accounts
     ]
-    return AdminAgentAccounts(response_id=turn.id, tenant_id=turn.tenant_id, agents=agents)
 
 
 def accounts_of(rounds: list[AgentRound]) -> list[AgentAccount]:

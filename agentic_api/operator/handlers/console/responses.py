@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentic_api.operator.handlers.admin.lineage import accounts_of
+from agentic_api.operator.handlers.admin.lineage import accounts_of, with_responses
 from agentic_api.operator.handlers.admin.timeline import present_turn
 from agentic_api.operator.queries.admin import AdminRepository
 from agentic_api.operator.queries.console import ConsoleRepository, ItemRecord
@@ -26,7 +26,8 @@ class ResponseDetail:
     artifact_tokens: tuple[int, int] | None
     items: list[ItemRecord]
     has_more: bool
-    # A multi-agent response's tree: each agent's token account (empty for any other).
+    # A multi-agent response's tree: each agent's token account and own response (empty
+    # for any other).
     agents: list[AgentAccount]
 
 
@@ -45,7 +46,13 @@ async def response_detail(
         artifact = await AdminRepository(session).token_artifact(response_id)
         latency = (await repo.latencies([response_id])).get(response_id)
         items = list(await repo.items(response_id, after_position=after_position, limit=limit))
-        rounds = await AgentRoundRepository(session).for_response(turn.tenant_id, response_id)
+        agent_rounds = AgentRoundRepository(session)
+        rounds = await agent_rounds.for_response(turn.tenant_id, response_id)
+        # Each subagent's own response, for its link (read only for a multi-agent one, so
+        # any other page costs what it did).
+        stored = (
+            await agent_rounds.subagent_responses(turn.tenant_id, response_id) if rounds else {}
+        )
     return ResponseDetail(
         tenant_id=turn.tenant_id,
         session_id=turn.session_id,
@@ -57,5 +64,5 @@ async def response_detail(
         else (artifact.prompt_count, artifact.output_count),
         items=items[:limit],
         has_more=len(items) > limit,
-        agents=accounts_of(rounds),
+        agents=with_responses(accounts_of(rounds), response_id, stored),
     )

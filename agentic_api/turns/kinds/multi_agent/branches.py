@@ -22,6 +22,14 @@ Status: a subagent that completed its last task is ``completed``; one that error
 ``failed`` (its error the message its parent read); one interrupted is ``cancelled``. As
 for any turn, only a completed one keeps its output items for a continuation (the others
 keep their input, and show what they produced in ``output``).
+
+Its token ids: a completed subagent whose rounds all reported ids keeps its last round's
+prompt and output ids as its token artifact, exactly as a turn keeps its last round's
+(``turns/runner/tokens.py``), bound to the root's fingerprint and salt epoch (its row's):
+a continuation from it is accounted against them, and gets the same token account,
+``prompt_cache_diagnostics`` and residency view as any continuation. Made from what the
+rounds already returned (nothing is asked of anyone at the commit); one that cannot be
+made is left out, never a failed commit (its continuations' account says "unknown").
 """
 
 from __future__ import annotations
@@ -33,11 +41,15 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentic_api.storage.models import Response
+from agentic_api.cache.codec import ENCODING, pack_ids
+from agentic_api.log import get_logger
+from agentic_api.storage.models import Response, TokenArtifactRow
 from agentic_api.storage.responses import NewItem, ResponseRepository
+from agentic_api.storage.token_artifacts import TokenArtifactRepository
 from agentic_api.turns.data.prepared import CONTINUABLE, PreparedTurn
 from agentic_api.turns.kinds.multi_agent.tree import Agent
 from agentic_api.turns.prepare.history import salt_identity
+from agentic_api.upstream.token_fields import ReportedTokens
 from agentic_api.wire.items import Item
 from agentic_api.wire.response_object import finish_response
 from lineage import prefix_digest
@@ -47,6 +59,8 @@ from lineage import prefix_digest
 _SHOWN = frozenset({"message", "reasoning", "function_call"})
 
 _STATUS = {"completed": "completed", "errored": "failed", "interrupted": "cancelled"}
+
+log = get_logger("agentic_api.turns.multi_agent")
 
 
 def subagent_rows(
@@ -149,10 +163,56 @@ def _shown(item: Item) -> dict[str, Any]:
     return value
 
 
+def subagent_artifact(turn: PreparedTurn, row: Response, agent: Agent) -> TokenArtifactRow | None:
+    """The token artifact of a subagent stored as ``row``: its last round's prompt and
+    output ids, when it is continuable and every one of its rounds reported ids (a round
+    without them leaves which ids the last one had in doubt); None otherwise."""
+    relay = agent.relay
+    if row.prefix_digest is None or relay is None or not agent.rounds:
+        return None
+    rounds = relay.token_rounds
+    if len(rounds) != agent.rounds or not all(isinstance(r, ReportedTokens) for r in rounds):
+        return None
+    last = rounds[-1]
+    assert isinstance(last, ReportedTokens)
+    return TokenArtifactRow(
+        response_id=row.id,
+        tenant_id=row.tenant_id,
+        created_at=datetime.now(UTC),
+        model=row.model,
+        # The tokenizer identity the turn's fingerprint was bound to (tokens.py), as the
+        # root's own artifact names it.
+        tokenizer=turn.fingerprint.tokenizer,
+        fingerprint_digest=row.fingerprint_digest,
+        salt_epoch=row.salt_epoch,
+        encoding=ENCODING,
+        prompt_count=len(last.prompt),
+        output_count=len(last.output),
+        prompt_ids=pack_ids(last.prompt),
+        output_ids=pack_ids(last.output),
+        output_types=[item.type for item in agent.items[agent.started_with :]],
+    )
+
+
+def _artifact_or_none(turn: PreparedTurn, row: Response, agent: Agent) -> TokenArtifactRow | None:
+    try:
+        return subagent_artifact(turn, row, agent)
+    except Exception:
+        # The ids only serve accounting: a bug here must not cost the tree its commit.
+        log.exception("subagent token artifact not made", response_id=row.id)
+        return None
+
+
 async def store_subagents(
     session: AsyncSession, turn: PreparedTurn, root: Response, agents: Iterable[Agent]
 ) -> None:
-    """Writes the subagents' rows in the root's commit (a step of its transaction)."""
+    """Writes the subagents' rows, and their token artifacts, in the root's commit (a
+    step of its transaction)."""
     repo = ResponseRepository(session)
-    for row, items in subagent_rows(turn, root, agents):
+    artifacts = TokenArtifactRepository(session)
+    agents = list(agents)
+    for agent, (row, items) in zip(agents, subagent_rows(turn, root, agents), strict=True):
         await repo.insert(row, items)
+        artifact = _artifact_or_none(turn, row, agent)
+        if artifact is not None:
+            await artifacts.insert(artifact)
