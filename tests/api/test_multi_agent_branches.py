@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from openai import NotFoundError
+from openai import BadRequestError, NotFoundError
 
 from tests.api.test_multi_agent_tree import (
     ALPHA,
@@ -25,6 +25,7 @@ from tests.api.test_multi_agent_tree import (
     BETAS,
     INSTRUCTIONS,
     MODEL,
+    MULTI,
     QUESTION,
     ROOT,
     by_agent,
@@ -33,7 +34,9 @@ from tests.api.test_multi_agent_tree import (
 )
 from tests.conftest import RunningServer, app_server
 from tests.support.admin_api import AdminApi
-from tests.support.tenants import TenantKeys, create_tenant
+from tests.support.console import cells, log_in
+from tests.support.sql import scalar
+from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 from tests.upstream_sim import Call, Fail, Reply, SimServer, ToolCalls
 
 
@@ -239,3 +242,116 @@ def test_an_interrupted_subagent_is_stored_cancelled(
     assert root.status == "completed"
     alpha = client.responses.retrieve(spawned_ids(root)[ALPHA])
     assert alpha.status == "cancelled" and alpha.output == []
+
+
+# -- stored completely: token ids, deletion, console links ---------------------------------
+
+
+def test_continuing_from_a_subagent_is_accounted_against_its_own_token_ids(
+    branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    """A subagent keeps its last round's ids as its artifact: a continuation from it gets
+    the token account and ``prompt_cache_diagnostics`` any continuation gets (here a
+    multi-agent one, so its tools are the subagent's: token-exact, a cache hit)."""
+    client = branch_server.client(tenant, timeout=30)
+    script_two_helpers(sim)
+    root = create_tree(client)
+    alpha_id = spawned_ids(root)[ALPHA]
+    alpha_last = by_agent(sim)[ALPHA][-1]
+    admin = AdminApi(branch_server.url, branch_server.db_url)
+    try:
+        artifact = admin.get(f"/responses/{alpha_id}/token_account")["artifact"]
+        assert artifact is not None
+        assert artifact["prompt_tokens"] == alpha_last.prompt_tokens
+        assert artifact["output_tokens"] == alpha_last.output_tokens
+
+        sim.push_for(ROOT, Reply("C is 3."))
+        more = client.beta.responses.create(
+            model=MODEL,
+            instructions=INSTRUCTIONS,
+            input="And C?",
+            multi_agent=MULTI,
+            betas=BETAS,
+            previous_response_id=alpha_id,
+            prompt_cache_options={"comparison_response_id": alpha_id},
+        )
+        assert more.status == "completed"
+        account = admin.get(f"/responses/{more.id}/token_account")["account"]
+    finally:
+        admin.close()
+    assert account["status"] == "exact" and account["parent_id"] == alpha_id
+    assert alpha_last.prompt_tokens and alpha_last.output_tokens
+    assert account["parent_tokens"] == alpha_last.prompt_tokens + alpha_last.output_tokens
+    assert account["reusable_tokens"] == account["parent_tokens"]
+    assert account["expected_cached"] > 0
+    assert account["measured_cached"] == account["expected_cached"]
+    assert more.prompt_cache_diagnostics is not None
+    assert more.prompt_cache_diagnostics.type == "cache_hit"
+
+
+def test_deleting_the_root_deletes_its_subagents(
+    branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    client = branch_server.client(tenant, timeout=30)
+    script_two_helpers(sim)
+    root = create_tree(client)
+    ids = spawned_ids(root)
+    tree = [root.id, *ids.values()]
+    db_url = branch_server.db_url
+
+    def left(table: str) -> int:
+        return int(
+            scalar(
+                db_url,
+                f"SELECT count(*) FROM {table} WHERE response_id IN (:a, :b, :c)",
+                a=tree[0],
+                b=tree[1],
+                c=tree[2],
+            )
+        )
+
+    assert left("agent_rounds") > 0 and left("token_artifacts") == 3
+    # A subagent alone is refused, naming its root; nothing changes.
+    with pytest.raises(BadRequestError) as refused:
+        client.responses.delete(ids[ALPHA])
+    assert refused.value.status_code == 400
+    error = refused.value.body
+    assert isinstance(error, dict)
+    assert error["code"] == "subagent_response" and error["param"] == "response_id"
+    assert root.id in error["message"]
+    assert client.responses.retrieve(ids[ALPHA]).status == "completed"
+
+    client.responses.delete(root.id)
+    for response_id in tree:
+        with pytest.raises(NotFoundError):
+            client.responses.retrieve(response_id)
+    with pytest.raises(NotFoundError):
+        client.responses.create(model=MODEL, previous_response_id=ids[BETA], input="Still there?")
+    assert left("agent_rounds") == 0 and left("token_artifacts") == 0
+    deleted = scalar(
+        db_url,
+        "SELECT count(*) FROM responses WHERE spawned_by = :root AND deleted_at IS NOT NULL",
+        root=root.id,
+    )
+    assert deleted == 2
+    with pytest.raises(NotFoundError):
+        client.responses.delete(root.id)
+
+
+def test_the_console_links_each_subagent_to_its_response(
+    branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    client = branch_server.client(tenant, timeout=30)
+    script_two_helpers(sim)
+    root = create_tree(client)
+    ids = spawned_ids(root)
+    with log_in(branch_server.url, create_admin_key(branch_server.db_url)) as http:
+        page = http.get(f"/console/responses/{root.id}")
+        assert page.status_code == 200, page.text
+        shown = cells(page.text)
+        assert shown[ROOT]["response"] == "this response"
+        for name, response_id in ids.items():
+            assert shown[name]["response"] == response_id
+            assert f'href="/console/responses/{response_id}"' in page.text
+            own = http.get(f"/console/responses/{response_id}")
+            assert own.status_code == 200 and response_id in own.text

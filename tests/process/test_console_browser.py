@@ -24,11 +24,11 @@ from openai import OpenAI
 from playwright.sync_api import Dialog, sync_playwright
 
 from tests.support.console import cells, number
-from tests.support.console_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.support.console_browser import CHROMIUM, CHROMIUM_ARGS, log_in_page
 from tests.support.console_payloads import LOOKUP_TOOL, MARKUP_PAYLOADS
 from tests.support.processes import Process, process_env
 from tests.support.tenants import create_admin_key, create_tenant
-from tests.upstream_sim import Reply, SimServer
+from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
 pytestmark = pytest.mark.slow
 
@@ -261,3 +261,58 @@ def test_a_person_finds_why_a_turn_missed_the_cache(
 def _check_screens(folder: Path) -> None:
     made: list[Any] = sorted(p.name for p in folder.glob("*.png"))
     assert len(made) == 11, made
+
+
+def test_a_person_follows_a_subagent_from_its_tree_to_its_own_response(
+    backend: str, fresh_db: str, sim: SimServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A multi-agent response's page shows its tree; each subagent's row links to the
+    response its tree stored, and clicking it opens that response's page."""
+    # The simulator tells the agents apart by the agentic_context this setting sends.
+    env = process_env(fresh_db, sim.url, tmp_path / "data", router_agentic_context="true")
+    served = Process.serve(env)
+    request.addfinalizer(served.stop)
+    tenant = create_tenant(fresh_db, f"tree-{backend}")
+    admin_key = create_admin_key(fresh_db)
+    client = OpenAI(base_url=f"{served.url}/v1", api_key=tenant.api_key, timeout=30)
+    request.addfinalizer(client.close)
+    sim.push_for(
+        "/root",
+        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Find A."})]),
+        ToolCalls([Call("wait_agent", {})]),
+        Reply("A is 1."),
+    )
+    sim.push_for("/root/alpha", Reply("A is 1, I checked."))
+    root = client.beta.responses.create(
+        model=MODEL,
+        input="What is A? Ask a helper.",
+        multi_agent={"enabled": True},
+        betas=["responses_multi_agent=v1"],
+    )
+    assert root.status == "completed"
+    admin = httpx.Client(
+        base_url=f"{served.url}/admin/v1",
+        headers={"Authorization": f"Bearer {admin_key}"},
+        timeout=30,
+    )
+    request.addfinalizer(admin.close)
+    agents = admin.get(f"/responses/{root.id}/agents").json()["agents"]
+    alpha_id = {a["agent_name"]: a["response_id"] for a in agents}["/root/alpha"]
+    assert alpha_id and alpha_id != root.id
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            log_in_page(page, served.url, admin_key)
+            page.goto(f"{served.url}/console/responses/{root.id}")
+            page.wait_for_selector("#agents")
+            rows = cells(page.content())
+            assert rows["/root"]["response"] == "this response"
+            assert rows["/root/alpha"]["response"] == alpha_id
+            page.click(f"tr[data-turn='/root/alpha'] >> a:has-text('{alpha_id}')")
+            page.wait_for_url(f"**/console/responses/{alpha_id}")
+            assert alpha_id in page.inner_text("h1")
+            assert "A is 1, I checked." in page.inner_text("#item-list")
+        finally:
+            browser.close()

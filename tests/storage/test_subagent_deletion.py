@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from agentic_api.operator.queries.admin import AdminRepository
 from agentic_api.storage.database import Database
@@ -198,7 +198,7 @@ async def test_a_conversation_goes_with_its_turns_subagents(db: Database) -> Non
         # A subagent some response continues from keeps the conversation.
         assert await RetentionRepository(session).old_conversations(CUTOFF, 10) == []
     async with db.write() as session:
-        await session.execute(Response.__table__.delete().where(Response.id == "resp_fork"))
+        await session.execute(delete(Response).where(Response.id == "resp_fork"))
     async with db.write() as session:
         repo = RetentionRepository(session)
         chosen = await repo.old_conversations(CUTOFF, 10)
