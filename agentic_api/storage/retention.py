@@ -11,6 +11,10 @@ A multi-agent response and the subagents its tree stored (``responses.spawned_by
 one unit: they go together, in one statement, and only when nothing continues from any of
 them (a subagent is never pruned alone, nor its root while a continuation of the subagent
 lives). A subagent whose root is already gone (pruned before this rule) goes on its own.
+Done here, not by a foreign key on ``spawned_by`` with ON DELETE CASCADE: a cascade would
+take a subagent something continues from, would not serve ``DELETE /v1/responses`` (which
+only marks rows deleted), and adding it on SQLite means a batch recreate of ``responses``,
+whose dropped old table cascades to every response's events and items.
 
 Deleting a response deletes what hangs off it (items, events, token artifacts, its
 agents' rounds, its background job) through the schema's ``ON DELETE CASCADE``.
