@@ -230,6 +230,30 @@ def test_a_subagent_compacts_on_its_own(
     assert [(a["agent_name"], a["final_answer"]) for a in agents] == [(ALPHA, "A is 1.")]
     assert agent_rounds(tree_server, terminal["response"]["id"]) == {ROOT: 3, ALPHA: 3}
 
+    # Its own response stores the item after what it saw: continued with
+    # context_management, its window starts there.
+    spawned = [
+        item
+        for item in output
+        if item["type"] == "multi_agent_call_output" and item["action"] == "spawn_agent"
+    ]
+    own_id = json.loads(spawned[0]["output"][0]["text"])["response_id"]
+    assert tree_client.responses.retrieve(own_id).status == "completed"
+    sim.state.clear_recordings()
+    sim.push(Reply("B is 2."))
+    after = tree_client.responses.create(
+        model=MODEL,
+        instructions=INSTRUCTIONS,
+        previous_response_id=own_id,
+        input="and B?",
+        context_management=COMPACT,
+    )
+    assert after.status == "completed" and after.output_text == "B is 2."
+    (rec,) = sim.requests("/v1/responses")
+    sent = texts(rec)
+    assert sent[0] == SUMMARY_HEADER + SUMMARY and sent[-1] == "and B?"
+    assert not any(LONG in text for text in sent)
+
 
 def test_a_tree_below_the_threshold_is_unchanged(
     tree_client: OpenAI, tree_server: RunningServer, sim: SimServer
