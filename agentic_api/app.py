@@ -113,6 +113,7 @@ async def build_services(settings: Settings) -> Runtime:
             replicas,
             eject_seconds=settings.placement_eject_seconds,
             residency=services.residency,
+            claim_seconds=settings.placement_claim_seconds,
         )
     if settings.keep_warm_enabled and services.residency is not None:
         services.keep_warm = KeepWarm(

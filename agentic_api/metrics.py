@@ -485,7 +485,8 @@ PLACEMENTS = Counter(
     "agentic_placements_total",
     "Upstream rounds placed on a named replica (AGENTIC_UPSTREAM_REPLICAS), by replica and "
     "reason: resident_prefix (it held the longest leading prefix), home (nothing resident: "
-    "the replica that served the previous round, else the session's hashed home), "
+    "the replica that served the previous round, else the one with the most KV room), "
+    "capacity (the previous replica had no room for the session: moved to one that has), "
     "spill_load (the first choice was saturated), failover (the first failed before any "
     "byte reached the client).",
     ["replica", "reason"],

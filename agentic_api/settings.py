@@ -472,6 +472,13 @@ class Settings(BaseSettings):
         "that served it is presumed to hold its prompt and output until its KV events say "
         "so (they arrive a little after the answer).",
     )
+    placement_claim_seconds: float = Field(
+        900.0,
+        gt=0,
+        description="With upstream_replicas: how long a session keeps its claim on the "
+        "replica it was last placed on (the tokens it comes back with, weighed against the "
+        "replica's KV size when sessions are placed) after its last round.",
+    )
     metrics_enabled: bool = Field(
         True,
         description="Serve Prometheus metrics at GET /metrics (open to anyone who reaches the "

@@ -2,20 +2,26 @@
 
 A pure decision over numbers the caller gathered (``turns/runner/placing.py``): per
 replica, how many leading tokens of this round's prompt it holds (the branch's blocks in
-the residency tree), its load (its own ``/metrics``) and whether it is ejected. No I/O,
-no clock, no state: the same candidates always give the same decision, which is what
-lets the keep-warm re-warm and the agent's next turn land on the same replica.
+the residency tree), its load and KV size (its own ``/metrics``), how many tokens the
+other live sessions placed there will come back with (the placement book's claims) and
+whether it is ejected. No I/O, no clock, no state: the same candidates always give the
+same decision, which is what lets the keep-warm re-warm and the agent's next turn land on
+the same replica.
 
 The rule, in order:
 
 1. Only healthy replicas are candidates (all of them when every one is ejected: a
    back-off is a guess, and trying is better than refusing the turn).
-2. The replica holding the longest resident leading prefix wins (``resident_prefix``);
-   ties go to the replica that served the previous round (its events may lag), then
-   to the session's home.
-3. Nothing resident anywhere: the replica that served the previous round, else the
-   session's *home*, a stable choice by rendezvous hashing of the session key over the
-   healthy replicas (an ejected replica moves only its own sessions) (``home``).
+2. One replica holds the longest resident leading prefix: it wins (``resident_prefix``).
+3. Several hold the same longest prefix (none at all, or only a prefix other sessions
+   share): the replica that served the previous round when it has *room* for this
+   session (its KV size minus the other sessions' claims there holds this session's
+   tokens; an unknown size is room), else the tied replica with the most room when that
+   one has room (``capacity``: the previous one had none, so this round moves to where
+   the session fits). A session with no previous round goes to its *home*: the tied
+   replica with the most room, the rendezvous hash of the session key breaking ties, so
+   sessions starting together spread over the replicas by what they hold, not by chance
+   (``home``; a longest prefix above zero keeps its reason, ``resident_prefix``).
 4. The chosen replica is saturated (more waiting requests or more KV usage than the
    limits): the least-loaded unsaturated replica among those holding at least
    ``spill_share`` of the best's resident tokens, else the least-loaded replica of all
@@ -33,17 +39,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-Reason = Literal["resident_prefix", "home", "spill_load", "failover"]
-REASONS: tuple[Reason, ...] = ("resident_prefix", "home", "spill_load", "failover")
+Reason = Literal["resident_prefix", "home", "capacity", "spill_load", "failover"]
+REASONS: tuple[Reason, ...] = ("resident_prefix", "home", "capacity", "spill_load", "failover")
 
 
 @dataclass(frozen=True, slots=True)
 class Load:
     """A replica's load as its ``/metrics`` said: requests waiting for the scheduler,
-    and the share (0..1) of its KV cache running requests hold."""
+    the share (0..1) of its KV cache running requests hold, and that cache's size in
+    tokens (None: the page does not say)."""
 
     waiting: float
     kv_usage: float
+    capacity_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +63,14 @@ class Candidate:
     load: Load | None = None
     # False while the replica is ejected (refused connections, failed health).
     healthy: bool = True
+    # Tokens the other live sessions placed here will come back with (their claims).
+    committed_tokens: int = 0
+
+    def room(self) -> int | None:
+        """KV tokens left here once the other sessions' claims are held (None: the
+        replica's KV size is unknown)."""
+        capacity = None if self.load is None else self.load.capacity_tokens
+        return None if capacity is None else capacity - self.committed_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,29 +133,37 @@ def place(
     limits: Limits,
     *,
     previous: str | None = None,
+    demand: int | None = None,
 ) -> Decision:
     """Where this round goes. ``session_key``: the session (a multi-agent tree's root
     session, so the whole tree shares one home); ``previous``: the replica that served
-    the previous round of this branch (the parent turn, or this turn's last round)."""
+    the previous round of this branch (the parent turn, or this turn's last round);
+    ``demand``: the tokens this session comes back with (None: unknown, any room fits)."""
     if not candidates:
         raise ValueError("no replica to place on")
     pool = [c for c in candidates if c.healthy] or list(candidates)
-    home = home_of(session_key, [c.name for c in pool])
+    by_name = {c.name: c for c in pool}
+    best_tokens = max(c.resident_tokens for c in pool)
+    tied = [c for c in pool if c.resident_tokens == best_tokens]
+    home = _home(pool, session_key)
+    reason: Reason = "resident_prefix" if best_tokens > 0 else "home"
+    if len(tied) == 1:
+        chosen = tied[0]
+    else:
+        roomiest = by_name[_home(tied, session_key)]
+        chosen = by_name.get(previous or "", roomiest)
+        if chosen not in tied:
+            chosen = roomiest
+        elif not _fits(chosen, demand) and roomiest is not chosen and _fits(roomiest, demand):
+            chosen, reason = roomiest, "capacity"
+    if saturated(chosen, limits):
+        spilled = _spill(pool, chosen, best_tokens, limits)
+        if spilled is not None:
+            chosen, reason = spilled, "spill_load"
     ranked = sorted(
         pool,
         key=lambda c: (-c.resident_tokens, c.name != previous, c.name != home, _load_key(c)),
     )
-    best = ranked[0]
-    chosen = best
-    reason: Reason = "resident_prefix"
-    if best.resident_tokens <= 0:
-        reason = "home"
-        names = {c.name: c for c in pool}
-        chosen = names.get(previous or "", names[home])
-    if saturated(chosen, limits):
-        spilled = _spill(pool, chosen, best.resident_tokens, limits)
-        if spilled is not None:
-            chosen, reason = spilled, "spill_load"
     return Decision(
         replica=chosen.name,
         reason=reason,
@@ -147,6 +171,24 @@ def place(
         fallbacks=tuple(c.name for c in ranked if c is not chosen),
         home=home,
     )
+
+
+def _home(tied: Sequence[Candidate], session_key: str) -> str:
+    """Among ``tied`` (replicas holding the same prefix): the one with the most room, the
+    session's rendezvous hash breaking ties (while any replica's KV size is unknown, the
+    fewest claimed tokens come first)."""
+    rooms = [c.room() for c in tied]
+    if any(room is None for room in rooms):
+        spare = {c.name: -c.committed_tokens for c in tied}
+    else:
+        spare = {c.name: room for c, room in zip(tied, rooms, strict=True) if room is not None}
+    most = max(spare.values())
+    return home_of(session_key, [name for name, room in spare.items() if room == most])
+
+
+def _fits(candidate: Candidate, demand: int | None) -> bool:
+    room = candidate.room()
+    return room is None or room >= (demand or 0)
 
 
 def _spill(

@@ -1,8 +1,10 @@
 """What placement remembers between rounds, in one process (``cache/placement.py`` is
 the rule, this is its memory): which replicas are ejected and until when, each replica's
 last load reading, which replica served each recent round (the previous round's replica
-is the placement's best guess while its KV events are still on their way), and every
-decision made, per session, for the admin timeline and the console.
+is the placement's best guess while its KV events are still on their way), each live
+session's *claim* (the replica it was last placed on and the tokens it will come back
+with: what the rule weighs a replica's room by), and every decision made, per session,
+for the admin timeline and the console.
 
 No I/O and no lock: everything here runs on the event loop (the probe loop in
 ``serving/replica_probe.py`` writes loads and ejections, the rounds read them).
@@ -28,6 +30,24 @@ MAX_BACKOFF_FACTOR = 8
 Purpose = Literal["turn", "compaction", "prewarm", "compact", "input_tokens", "messages"]
 # Decisions kept per session (the timeline shows those of the turns it lists).
 DECISIONS_KEPT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A session's hold on a replica: where it was last placed, the tokens it comes back
+    with (None: not known yet, its first round not answered), and when it was placed."""
+
+    replica: str
+    tokens: int | None
+    at: float
+
+
+@dataclass(slots=True)
+class _Claimed:
+    """One replica's claims, summed: known tokens, and how many claims are unknown."""
+
+    tokens: int = 0
+    unknown: int = 0
 
 
 @dataclass(slots=True)
@@ -68,6 +88,7 @@ class PlacementBook:
         residency: ResidencyTracker | None = None,
         max_served: int = 10_000,
         max_sessions: int = 10_000,
+        claim_seconds: float = 900.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.replicas = list(replicas)
@@ -80,6 +101,10 @@ class PlacementBook:
         self._loads: dict[str, Load | None] = {}
         self._served: OrderedDict[str, Served] = OrderedDict()
         self._decisions: OrderedDict[str, deque[Placement]] = OrderedDict()
+        # Claims by session key, oldest first (an idle session's claim lapses).
+        self.claim_seconds = claim_seconds
+        self._claims: OrderedDict[str, Claim] = OrderedDict()
+        self._claimed: dict[str, _Claimed] = {}
 
     def now(self) -> float:
         return self._clock()
@@ -130,6 +155,54 @@ class PlacementBook:
 
     def served_by(self, key: str) -> Served | None:
         return self._served.get(key)
+
+    # -- claims -------------------------------------------------------------------------
+
+    def claim(self, key: str, replica: str, tokens: int | None) -> None:
+        """Session ``key`` is placed on ``replica`` and comes back with ``tokens`` (None:
+        unknown; a known size is kept until a new one is known on the same replica)."""
+        old = self._claims.pop(key, None)
+        if old is not None:
+            self._count(old, -1)
+            if tokens is None and old.replica == replica:
+                tokens = old.tokens
+        claim = Claim(replica, tokens, self.now())
+        self._claims[key] = claim
+        self._count(claim, 1)
+        self._lapse()
+
+    def claim_of(self, key: str) -> Claim | None:
+        return self._claims.get(key)
+
+    def committed(self, excluding: str | None = None) -> dict[str, int]:
+        """Per replica, the tokens the live sessions placed there come back with, but for
+        session ``excluding``'s own claim. A claim of unknown size counts as the mean of
+        the known ones (one token while none is known: then claims are counted)."""
+        self._lapse()
+        sizes = sum(c.tokens for c in self._claimed.values())
+        sized = len(self._claims) - sum(c.unknown for c in self._claimed.values())
+        mean = sizes // sized if sized else 1
+        totals = {name: c.tokens + c.unknown * mean for name, c in self._claimed.items()}
+        own = None if excluding is None else self._claims.get(excluding)
+        if own is not None and own.replica in totals:
+            totals[own.replica] -= mean if own.tokens is None else own.tokens
+        return totals
+
+    def _count(self, claim: Claim, sign: int) -> None:
+        claimed = self._claimed.setdefault(claim.replica, _Claimed())
+        if claim.tokens is None:
+            claimed.unknown += sign
+        else:
+            claimed.tokens += sign * claim.tokens
+
+    def _lapse(self) -> None:
+        oldest = self.now() - self.claim_seconds
+        while self._claims:
+            key, claim = next(iter(self._claims.items()))
+            if claim.at > oldest and len(self._claims) <= self.max_sessions:
+                break
+            del self._claims[key]
+            self._count(claim, -1)
 
     # -- decisions ----------------------------------------------------------------------
 

@@ -39,4 +39,7 @@ class ReplicaProbe(Periodic):
             return
         self.book.healthy(name)
         load = await read_load(self.session, f"{client.base_url}/metrics")
-        self.book.set_load(name, None if load is None else Load(load.waiting, load.kv_usage))
+        self.book.set_load(
+            name,
+            None if load is None else Load(load.waiting, load.kv_usage, load.kv_capacity_tokens),
+        )

@@ -29,6 +29,10 @@ IDLE = Load(0, 0.1)
 BUSY = Load(5, 0.5)  # waiting past max_waiting
 FULL = Load(0, 0.95)  # KV usage past max_kv_usage
 SOME = Load(1, 0.2)
+# An idle replica whose /metrics says its KV cache holds 4,096 tokens.
+ROOMY = Load(0, 0.1, capacity_tokens=4096)
+# What the session placed comes back with (the capacity cases weigh it).
+DEMAND = 1000
 NAMES = ("a", "b", "c")
 
 
@@ -184,6 +188,90 @@ CASES = [
         "c",
         "spill_load",
     ),
+    Case(
+        "a new session's home is the replica with the most KV room, not its hash",
+        (
+            Candidate("a", 0, ROOMY, committed_tokens=3000),
+            Candidate("b", 0, ROOMY, committed_tokens=500),
+            Candidate("c", 0, ROOMY, committed_tokens=1500),
+        ),
+        "b",
+        None,
+        "b",
+        "home",
+    ),
+    Case(
+        "KV sizes unknown: the fewest claimed tokens make the home",
+        (
+            Candidate("a", 0, IDLE, committed_tokens=2),
+            Candidate("b", 0, IDLE, committed_tokens=1),
+            Candidate("c", 0, None, committed_tokens=2),
+        ),
+        "b",
+        None,
+        "b",
+        "home",
+    ),
+    Case(
+        "evicted, and its previous replica has no room for it: moved to the roomiest",
+        (
+            Candidate("a", 0, ROOMY, committed_tokens=3500),
+            Candidate("b", 0, ROOMY, committed_tokens=1000),
+            Candidate("c", 0, ROOMY, committed_tokens=2000),
+        ),
+        "b",
+        "a",
+        "b",
+        "capacity",
+    ),
+    Case(
+        "evicted, its previous replica still has room: it stays",
+        (
+            Candidate("a", 0, ROOMY, committed_tokens=2000),
+            Candidate("b", 0, ROOMY, committed_tokens=0),
+            Candidate("c", 0, ROOMY, committed_tokens=0),
+        ),
+        "b",
+        "a",
+        "a",
+        "home",
+    ),
+    Case(
+        "no replica has room for it: it stays where it was",
+        (
+            Candidate("a", 0, ROOMY, committed_tokens=3500),
+            Candidate("b", 0, ROOMY, committed_tokens=3300),
+            Candidate("c", 0, ROOMY, committed_tokens=3400),
+        ),
+        "b",
+        "a",
+        "a",
+        "home",
+    ),
+    Case(
+        "a shared prefix resident on two: the previous one without room gives way",
+        (
+            Candidate("a", 256, ROOMY, committed_tokens=3500),
+            Candidate("b", 256, ROOMY, committed_tokens=500),
+            Candidate("c", 0, ROOMY, committed_tokens=0),
+        ),
+        "c",
+        "a",
+        "b",
+        "capacity",
+    ),
+    Case(
+        "a unique longest prefix stays put, room or not",
+        (
+            Candidate("a", 512, ROOMY, committed_tokens=4000),
+            Candidate("b", 256, ROOMY, committed_tokens=0),
+            Candidate("c", 0, ROOMY, committed_tokens=0),
+        ),
+        "b",
+        "a",
+        "a",
+        "resident_prefix",
+    ),
 ]
 
 
@@ -191,7 +279,7 @@ CASES = [
 def test_the_rule(case: Case) -> None:
     healthy = tuple(c.name for c in case.candidates if c.healthy) or NAMES
     key = session_homed_on(case.home, healthy)
-    decision = place(case.candidates, key, LIMITS, previous=case.previous)
+    decision = place(case.candidates, key, LIMITS, previous=case.previous, demand=DEMAND)
     assert (decision.replica, decision.reason) == (case.replica, case.reason)
     assert decision.resident == tuple((c.name, c.resident_tokens) for c in case.candidates)
     assert decision.replica not in decision.fallbacks
@@ -307,3 +395,37 @@ def test_rounds_served_are_kept_bounded() -> None:
     assert book.served_by("resp_0") is None
     served = book.served_by("resp_2")
     assert served is not None and (served.replica, served.tokens) == ("a", 2)
+
+
+def test_claims_sum_per_replica_count_unknown_sizes_as_the_mean_and_lapse() -> None:
+    clock = Clock()
+    book = PlacementBook(["a", "b"], eject_seconds=5, claim_seconds=60, clock=clock)
+    # Nothing known yet: each claim counts one, so sessions starting together spread.
+    book.claim("s1", "a", None)
+    book.claim("s2", "b", None)
+    book.claim("s3", "a", None)
+    assert book.committed() == {"a": 2, "b": 1}
+    assert book.committed(excluding="s3") == {"a": 1, "b": 1}
+    # Sizes known: the unknown one counts as their mean.
+    book.claim("s1", "a", 1000)
+    book.claim("s2", "b", 3000)
+    assert book.committed() == {"a": 3000, "b": 3000}
+    # A placement of unknown size on the same replica keeps the known size...
+    book.claim("s1", "a", None)
+    claim = book.claim_of("s1")
+    assert claim is not None and claim.tokens == 1000
+    # ...a move to another replica does not (it is not known there yet).
+    book.claim("s2", "a", None)
+    assert book.committed() == {"a": 1000 + 2 * 1000, "b": 0}
+    clock.now += 61
+    book.claim("s4", "b", 500)
+    assert book.committed() == {"a": 0, "b": 500}
+    assert book.claim_of("s1") is None
+
+
+def test_claims_are_bounded_by_the_sessions_kept() -> None:
+    book = PlacementBook(["a"], eject_seconds=5, max_sessions=2)
+    for i in range(3):
+        book.claim(f"s{i}", "a", 100)
+    assert book.claim_of("s0") is None
+    assert book.committed() == {"a": 200}

@@ -28,11 +28,16 @@ class AdminPlacement(BaseModel):
         )
     )
     replica: str = Field(description="The named replica it was sent to.")
-    reason: Literal["resident_prefix", "home", "spill_load", "failover"] = Field(
+    reason: Literal["resident_prefix", "home", "capacity", "spill_load", "failover"] = Field(
         description="resident_prefix: it held the longest leading prefix; home: nothing "
-        "resident, so the replica that served the previous round, else the session's hashed "
-        "home; spill_load: the first choice was saturated (its /metrics); failover: the "
-        "first choice failed before any byte reached the client."
+        "resident, so the replica that served the previous round, else the session's home; "
+        "capacity: the previous replica had no KV room for the session (its size minus the "
+        "other sessions' claims), so it moved to the one with the most room; spill_load: the "
+        "first choice was saturated (its /metrics); failover: the first choice failed before "
+        "any byte reached the client."
     )
-    home: str = Field(description="The session's hashed home among the healthy replicas.")
+    home: str = Field(
+        description="The session's home: among the healthy replicas holding the longest "
+        "prefix, the one with the most KV room, the session's rendezvous hash breaking ties."
+    )
     candidates: list[AdminPlacementCandidate]

@@ -168,12 +168,15 @@ class RoundPlacer:
             return Target(self.services.upstream)
         candidates = await self._candidates(book)
         previous = self._previous()
+        demand = self._demand(book)
         decision = place(
             candidates,
             self.work.home_key,
             self._limits(),
             previous=None if previous is None else previous.replica,
+            demand=demand,
         )
+        book.claim(self.work.home_key, decision.replica, demand)
         return self._chosen(book, decision)
 
     async def call(
@@ -243,6 +246,8 @@ class RoundPlacer:
         key = self.work.shown_id
         book.served(key, replica, tokens)
         self._last = book.served_by(key)
+        # The session comes back with this round's prompt + output: its claim's size.
+        book.claim(self.work.home_key, replica, tokens)
 
     # -- what the rule is given ---------------------------------------------------------
 
@@ -267,6 +272,7 @@ class RoundPlacer:
         ejected = book.ejected()
         previous = self._previous()
         presumed = self._presumed(previous)
+        committed = book.committed(excluding=self.work.home_key)
         return [
             Candidate(
                 name=name,
@@ -276,9 +282,18 @@ class RoundPlacer:
                 ),
                 load=book.load(name),
                 healthy=name not in ejected,
+                committed_tokens=committed.get(name, 0),
             )
             for name in book.replicas
         ]
+
+    def _demand(self, book: PlacementBook) -> int | None:
+        """The tokens this session comes back with: the branch it continues (read with the
+        residency), else what its claim last said (None: not known yet)."""
+        if self._branch is not None:
+            return len(self._branch)
+        claim = book.claim_of(self.work.home_key)
+        return None if claim is None else claim.tokens
 
     async def _resident(self) -> dict[str, int]:
         """Leading tokens of the branch (the parent's prompt + output) each replica
