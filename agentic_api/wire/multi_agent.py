@@ -10,7 +10,8 @@ betas=["responses_multi_agent=v1"])`` sends both); its one request field is
 - other betas named in the header (Codex sends its own) change nothing and are not
   refused;
 - what the beta itself refuses with multi-agent on (``max_tool_calls``,
-  ``reasoning.summary``) is a 400 before anything runs;
+  ``reasoning.summary``) is a 400 before anything runs, and so is an MCP tool that needs
+  approval for every call (a tree does not pause for approvals);
 - ``max_concurrent_subagents`` is bounded by the server (``AGENTIC_MULTI_AGENT_MAX_CONCURRENT``).
 
 The items a multi-agent response shows (``multi_agent_call``, ``multi_agent_call_output``,
@@ -157,21 +158,23 @@ def check_multi_agent(
             param="reasoning.summary",
             code="unsupported_parameter",
         )
-    # Not implemented here with a tree (yet): refused, before anything is queued or run.
-    if data.get("context_management") is not None:
-        raise InvalidRequest(
-            "'context_management' is not supported with multi_agent on this server yet.",
-            param="context_management",
-            code="unsupported_parameter",
-        )
     tools = data.get("tools") or ()
     for index, tool in enumerate(tools):
         if not isinstance(tool, Mapping):
             continue
-        if tool.get("type") == "mcp":
+        if tool.get("type") == "mcp" and tool.get("require_approval", "always") in (
+            None,
+            "always",
+        ):
+            # A tree does not pause for approvals: a tool that needs one for every call is
+            # refused now, before anything is queued or run (a filter that leaves some
+            # tool needing it is refused once the server is listed, still before the
+            # model runs: turns/kinds/multi_agent/gateway.py).
             raise InvalidRequest(
-                "MCP tools are not supported with multi_agent on this server yet.",
-                param=f"tools[{index}]",
+                "An MCP tool that needs approval cannot be used with multi_agent on this "
+                "server (its agents do not pause for approvals); set require_approval to "
+                "'never' (unset means 'always').",
+                param=f"tools[{index}].require_approval",
                 code="unsupported_parameter",
             )
         if tool.get("type") == "function" and tool.get("name") in ACTIONS:

@@ -1,8 +1,9 @@
 """The hosted multi-agent beta's request surface (issue 37, slice A), through the official
 SDK's beta client (``client.beta.responses.create``) on both databases: ``multi_agent`` is
 honoured on the beta path with its header and refused everywhere else; what the beta
-refuses (``max_tool_calls``, ``reasoning.summary``, explicit compaction) is a 400 before
-anything runs or is stored; the upstream never receives ``multi_agent``."""
+refuses (``max_tool_calls``, ``reasoning.summary``, explicit compaction, an MCP tool that
+needs approval) is a 400 before anything runs or is stored, and a bad ``context_management``
+the same 400 as without a tree; the upstream never receives ``multi_agent``."""
 
 from __future__ import annotations
 
@@ -126,10 +127,15 @@ def test_bad_multi_agent_values_are_refused(
     [
         ({"max_tool_calls": 3}, "max_tool_calls"),
         ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
-        # Not implemented with a tree here yet: refused, never ignored.
+        # A tree does not pause for approvals: an MCP tool that needs one for every call
+        # (unset means "always") is refused before anything runs, never run unasked.
         (
-            {"context_management": [{"type": "compaction", "compact_threshold": 2000}]},
-            "context_management",
+            {
+                "tools": [
+                    {"type": "mcp", "server_label": "docs", "server_url": "http://127.0.0.1:9/mcp"}
+                ]
+            },
+            "tools[0].require_approval",
         ),
         (
             {
@@ -138,18 +144,18 @@ def test_bad_multi_agent_values_are_refused(
                         "type": "mcp",
                         "server_label": "docs",
                         "server_url": "http://127.0.0.1:9/mcp",
-                        "require_approval": "never",
+                        "require_approval": "always",
                     }
                 ]
             },
-            "tools[0]",
+            "tools[0].require_approval",
         ),
         (
             {"tools": [{"type": "function", "name": "spawn_agent", "parameters": {}}]},
             "tools[0].name",
         ),
     ],
-    ids=["max_tool_calls", "reasoning.summary", "context_management", "mcp", "name-clash"],
+    ids=["max_tool_calls", "reasoning.summary", "mcp-approval-unset", "mcp-always", "name-clash"],
 )
 def test_what_the_beta_refuses_is_refused(
     server: RunningServer,
@@ -173,6 +179,44 @@ def test_what_the_beta_refuses_is_refused(
     )
     assert error["param"] == param
     assert error["code"] in ("unsupported_parameter", "invalid_value")
+
+
+@pytest.mark.parametrize(
+    "context_management",
+    [
+        "compaction",
+        [{"type": "compaction", "compact_threshold": 999}],
+        [{"type": "compaction"}],
+        [{"type": "summarize", "compact_threshold": 2000}],
+        [{"type": "compaction", "compact_threshold": 2000, "keep": 1}],
+        [{"type": "compaction", "compact_threshold": 2000}] * 2,
+    ],
+    ids=["not-a-list", "below-min", "no-threshold", "other-type", "unknown-key", "two"],
+)
+def test_bad_context_management_is_refused_as_without_a_tree(
+    server: RunningServer,
+    tenant: TenantKeys,
+    client: OpenAI,
+    sim: SimServer,
+    context_management: Any,
+) -> None:
+    fields = {"context_management": context_management}
+    with_tree = refused(
+        server,
+        tenant,
+        sim,
+        lambda: client.beta.responses.create(
+            model=MODEL, input="hi", multi_agent={"enabled": True}, betas=BETAS, extra_body=fields
+        ),
+    )
+    without = refused(
+        server,
+        tenant,
+        sim,
+        lambda: client.responses.create(model=MODEL, input="hi", extra_body=fields),
+    )
+    assert with_tree == without
+    assert str(with_tree["param"]).startswith("context_management")
 
 
 def test_explicit_compaction_with_the_beta_is_refused(

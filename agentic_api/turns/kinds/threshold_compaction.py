@@ -16,7 +16,7 @@ or a conversation) replays the item, and its window starts there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,20 +52,28 @@ class ContextSize:
 
 async def context_size(services: Runtime, turn: PreparedTurn) -> ContextSize:
     """The turn's input tokens as the model would see them, counted before it runs."""
-    capabilities = services.tokens.get(turn.request.model)
+    return await prompt_size(services, turn.request.model, turn.body, turn.headers)
+
+
+async def prompt_size(
+    services: Runtime, model: str, rendered: bytes, headers: Mapping[str, str]
+) -> ContextSize:
+    """The input tokens of the upstream request ``rendered`` (a multi-agent tree counts
+    each agent's rounds with it)."""
+    capabilities = services.tokens.get(model)
     if capabilities is not None and capabilities.render:
-        body = orjson.loads(turn.body)
+        body = orjson.loads(rendered)
         body["stream"] = False
         for key in TOKEN_IDS_FIELD:
             body.pop(key, None)
         try:
-            ids = await services.upstream_now().render_response(orjson.dumps(body), turn.headers)
+            ids = await services.upstream_now().render_response(orjson.dumps(body), headers)
             return ContextSize(len(ids), "render")
         except ApiError as exc:
             # Render refused (turned off since start-up?): the turn still runs, on the
             # estimate, rather than fail on a count the client did not ask for.
             log.warning("render endpoint refused a count", code=exc.code, reason=exc.message)
-    return ContextSize(len(turn.body) // BYTES_PER_TOKEN, "estimate")
+    return ContextSize(len(rendered) // BYTES_PER_TOKEN, "estimate")
 
 
 async def passes_threshold(services: Runtime, turn: PreparedTurn, threshold: int) -> bool:

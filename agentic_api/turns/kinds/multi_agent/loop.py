@@ -4,7 +4,10 @@ Each round sends the agent's items (after the tree's shared fields) upstream as 
 request. Its answer's items join the agent's items (what it sees next) and are shown to
 the client with the agent's name: a call of one of the six actions as a
 ``multi_agent_call`` (the tree does it at once and the result joins the agent's items as a
-``function_call_output``, shown as ``multi_agent_call_output``), anything else as it is.
+``function_call_output``, shown as ``multi_agent_call_output``), a call of one of the
+request's MCP tools as an ``mcp_call`` once the gateway ran it (``gateway.py``; its output
+joins the agent's items the same way), anything else as it is. With ``context_management``
+an agent past the threshold compacts before its round (``compacting.py``).
 The loop ends when a round asks for no action: the agent's answer is final. A call of a
 client function ends the root's response (the client answers it by continuing, as for any
 function call) unless the client can inject its output (the beta WebSocket's
@@ -16,12 +19,13 @@ its parent reads.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from agentic_api.errors import ApiError
 from agentic_api.log import get_logger
 from agentic_api.turns.kinds.multi_agent.actions import NAMES
+from agentic_api.turns.kinds.multi_agent.gateway import GatewayCall, TreeTools
 from agentic_api.turns.kinds.multi_agent.tree import Agent, Tree, user_message
 from agentic_api.turns.kinds.tool_loop import CLIENT_CALL_TYPES
 from agentic_api.turns.prepare.render import render_body
@@ -30,7 +34,7 @@ from agentic_api.turns.runner.placing import answered_tokens
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.turns.runner.round import upstream_outcome_error
 from agentic_api.upstream.errors import UpstreamInterrupted
-from agentic_api.wire.items import to_item
+from agentic_api.wire.items import Item, to_item
 from agentic_api.wire.multi_agent import agent_message_item, attributed, call_item, call_output_item
 from agentic_api.wire.response_object import normalize_usage
 from lineage import IdKind, mint_id
@@ -39,6 +43,8 @@ log = get_logger("agentic_api.turns.multi_agent")
 
 # How an agent's task ended.
 Outcome = Literal["completed", "incomplete", "client_call", "max_rounds"] | ApiError
+
+NOT_RUN = "Not run: the model's output was cut off."
 
 SUBAGENT_CLIENT_CALL = (
     "called a client function tool; over HTTP a subagent cannot wait for the client's "
@@ -57,6 +63,10 @@ class AgentLoop:
         self.tree = tree
         self.fields_for = fields_for
         self.max_rounds = run.services.settings.multi_agent_max_rounds
+        # The request's MCP tools (gateway.py), and what runs before each round (a
+        # context_management tree's compaction: compacting.py).
+        self.tools: TreeTools | None = None
+        self.before_round: Callable[[Agent], Awaitable[ApiError | None]] | None = None
 
     async def rounds(self, agent: Agent) -> Outcome:
         relay = agent.relay
@@ -70,12 +80,16 @@ class AgentLoop:
             if task_rounds >= self.max_rounds:
                 return "max_rounds"
             task_rounds += 1
+            if self.before_round is not None:
+                failure = await self.before_round(agent)
+                if failure is not None:
+                    return failure
             agent.rounds += 1
-            agent.sent = list(agent.items)
+            agent.sent, agent.sent_end = agent.visible(), len(agent.items)
             body = render_body(self.fields_for(agent), agent.sent)
             relay.start_round(0)
             async with self.tree.model_turn(agent):
-                failure = await self._call(agent, relay, body)
+                failure = await self.call(agent, relay, body)
             if agent.parent is None:
                 # The client's stream opens once the root's first round is answered.
                 self.run.show_start({})
@@ -90,7 +104,8 @@ class AgentLoop:
             if cut:
                 return "incomplete"
 
-    async def _call(self, agent: Agent, relay: StreamRelay, body: bytes) -> ApiError | None:
+    async def call(self, agent: Agent, relay: StreamRelay, body: bytes) -> ApiError | None:
+        """One model round of ``agent``: its answer in ``relay``, or the failure."""
         root = agent.parent is None
         headers = self.run.turn.headers
         try:
@@ -117,12 +132,21 @@ class AgentLoop:
         loop does not run a cut-off round's calls); each is answered "not run", so its
         history stays a well-formed call/output sequence."""
         actions = [i for i in items if i.get("type") == "function_call" and i.get("name") in NAMES]
-        final = not actions
+        tools = self.tools
+        gateway: dict[int, GatewayCall] = {}
+        for index, item in enumerate(items):
+            tool = None if tools is None or item in actions else tools.lookup(item)
+            if tool is not None:
+                gateway[index] = GatewayCall(tool, item)
+        final = not actions and not gateway
         client_call = False
         waits: list[str] = []
         injections = self.run.injections
-        for item in items:
+        for index, item in enumerate(items):
             agent.items.append(to_item(item))
+            if index in gateway:
+                # Shown once it has run (below), as an mcp_call.
+                continue
             if item in actions:
                 self.tree.publish(
                     call_item(
@@ -142,22 +166,32 @@ class AgentLoop:
             if calls_client and injections is not None and isinstance(item.get("call_id"), str):
                 injections.expect(str(item["call_id"]))
                 waits.append(str(item["call_id"]))
-        for call in actions:
-            action, call_id = str(call["name"]), str(call["call_id"])
+        # What follows is the next round's new input (what a compaction keeps).
+        agent.answered = len(agent.items)
+        ran = iter(
+            await tools.run_calls(agent.name, list(gateway.values()))
+            if tools is not None and not cut
+            else ()
+        )
+        # Each call's output in the order of the calls.
+        for index, call in enumerate(items):
+            call_id = str(call.get("call_id"))
+            if index in gateway:
+                if cut:
+                    result, shown = NOT_RUN, TreeTools.not_run(gateway[index], agent.name)
+                else:
+                    result, shown = next(ran)
+                agent.items.append(_output(call_id, result))
+                self.tree.publish(shown)
+                continue
+            if call not in actions:
+                continue
+            action = str(call["name"])
             if cut:
                 result = '{"error": "Not run: the model\'s output was cut off."}'
             else:
                 result = await self.tree.act(agent, action, str(call.get("arguments") or ""))
-            agent.items.append(
-                to_item(
-                    {
-                        "type": "function_call_output",
-                        "id": mint_id(IdKind.FUNCTION_CALL_OUTPUT),
-                        "call_id": call_id,
-                        "output": result,
-                    }
-                )
-            )
+            agent.items.append(_output(call_id, result))
             self.tree.publish(call_output_item(action, call_id, result, agent.name))
         if cut:
             agent.final_text = _text_of(items)
@@ -209,6 +243,17 @@ class AgentLoop:
         report = agent.final_text if agent.status == "completed" else agent.error
         self.tree.publish(agent_message_item(agent.name, parent.name, report or ""))
         agent.finished.set()
+
+
+def _output(call_id: str, result: str) -> Item:
+    return to_item(
+        {
+            "type": "function_call_output",
+            "id": mint_id(IdKind.FUNCTION_CALL_OUTPUT),
+            "call_id": call_id,
+            "output": result,
+        }
+    )
 
 
 def _text_of(items: list[dict[str, Any]]) -> str:

@@ -54,10 +54,21 @@ class Agent:
     name: str
     parent: Agent | None
     depth: int
-    # Its model-visible items: what its next round sends after the shared fields.
+    # Everything it saw and produced, in order: what is stored (its response's items; the
+    # root's are the response's) and, until it compacts, what its next round sends.
     items: list[Item]
-    # The items of its latest round's request (what the model server has cached).
+    # The items of its latest round's request (what the model server has cached), and
+    # how many of ``items`` stood behind them then.
     sent: list[Item] = field(default_factory=list)
+    sent_end: int = 0
+    # Once it compacted (``context_management``, compacting.py), its rounds send
+    # ``window`` (the compaction, then what it had not answered yet) and then
+    # ``items[window_end:]``: everything it saw before is in the summary.
+    window: list[Item] | None = None
+    window_end: int = 0
+    # Where the items its model has not answered yet begin in ``items`` (the new input
+    # of its next round: a compaction keeps them after the summary).
+    answered: int = 0
     relay: StreamRelay | None = None
     status: Status = "running"
     last_task: str = ""
@@ -77,6 +88,12 @@ class Agent:
     started_with: int = 0
     task: asyncio.Task[None] | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def visible(self) -> list[Item]:
+        """What its next round sends after the shared fields."""
+        if self.window is None:
+            return list(self.items)
+        return [*self.window, *self.items[self.window_end :]]
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -222,9 +239,15 @@ class Tree:
             )
         child = Agent(name=name, parent=parent, depth=depth, items=[], last_task=spawn.message)
         child.parent_prompt = parent.last_prompt
-        # The parent's prompt as its last round sent it, then the task.
-        child.items = [*parent.sent, user_message(task_message(child, spawn.message))]
+        # The parent's prompt as its last round sent it, then the task. Its stored items
+        # start with the parent's (they begin with the history the tree continued); when
+        # the parent compacted, what it sends starts with the parent's window instead.
+        task = user_message(task_message(child, spawn.message))
+        child.items = [*parent.items[: parent.sent_end], task]
+        if parent.window is not None:
+            child.window, child.window_end = [*parent.sent, task], len(child.items)
         child.started_with = len(child.items)
+        child.answered = child.started_with - 1
         child.response_id = mint_id(IdKind.RESPONSE)
         self.spawned += 1
         self.add(child)

@@ -8,6 +8,10 @@ replayed: its prompt, its output, each action's ``function_call`` and
 whole tree's, in the order things happened, every item carrying its agent's name. The
 response's ``usage`` counts every agent's rounds.
 
+The request's MCP servers are listed before the root's first round (``gateway.py``), and
+with ``context_management`` every agent compacts on its own when its prompt passes the
+threshold (``compacting.py``).
+
 When the root answers without an action (or calls a client function), the response
 waits for its subagents still running to finish their tasks (their items and answers are
 shown), then ends. Past the wall time
@@ -24,12 +28,15 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from agentic_api.errors import ApiError
+from agentic_api.mcp.catalog import ToolCatalog
 from agentic_api.storage.agent_rounds import AgentRoundRepository
 from agentic_api.storage.models import Response
 from agentic_api.turns.data.commit_steps import CommitHooks
 from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD
 from agentic_api.turns.kinds.multi_agent.actions import TOOLS
 from agentic_api.turns.kinds.multi_agent.branches import store_subagents
+from agentic_api.turns.kinds.multi_agent.compacting import Compactor, start_window
+from agentic_api.turns.kinds.multi_agent.gateway import open_tree_tools
 from agentic_api.turns.kinds.multi_agent.loop import AgentLoop
 from agentic_api.turns.kinds.multi_agent.tree import Agent, Tree
 from agentic_api.turns.kinds.multi_agent.waits import WaitsKeptWarm
@@ -38,10 +45,11 @@ from agentic_api.turns.prepare.render import (
     agentic_context_of,
     upstream_fields,
 )
+from agentic_api.turns.prepare.summary_request import compact_threshold
 from agentic_api.turns.runner.finish import Completion, Ending
 from agentic_api.turns.runner.in_progress import TurnInProgress
 from agentic_api.turns.runner.relay import StreamRelay
-from agentic_api.wire.mcp import item_added, item_done
+from agentic_api.wire.mcp import item_added, item_done, list_tools_events
 from agentic_api.wire.multi_agent import DEFAULT_MAX_CONCURRENT_SUBAGENTS, ROOT_AGENT
 
 
@@ -58,6 +66,19 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
         run.emit(run.relay.stamp(item_done(index, item)))
 
     tree = Tree(settings, max_concurrent, publish, run.tokens.block_size if run.tokens else None)
+    # The request's MCP servers, listed before anything runs (their refusals are the
+    # request's); the client sees the listings right after the response opens.
+    tools = await open_tree_tools(run)
+    listings = tools.listings() if tools is not None else []
+    output.extend(listings)
+    if listings:
+
+        def show_listings() -> None:
+            for index, item in enumerate(listings):
+                for event in list_tools_events(index, item):
+                    run.emit(run.relay.stamp(event))
+
+        run.after_opening = show_listings
     injections = run.injections
     if injections is not None:
 
@@ -70,7 +91,7 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
             )
 
         injections.on_accepted = acknowledge
-    fields = _shared_fields(run)
+    fields = _shared_fields(run, tools.catalog if tools is not None else None)
     # A tool choice that forces a call applies to the root's first round only: applied to
     # every round (and every subagent, which shares the fields) it would never let an
     # agent answer. One that forces spawn_agent asks the root to delegate: it applies to
@@ -102,6 +123,10 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
         return own
 
     loop = AgentLoop(run, tree, fields_for)
+    loop.tools = tools
+    threshold = compact_threshold(turn.request)
+    if threshold is not None:
+        loop.before_round = Compactor(run, tree, fields_for, threshold, loop.call).before_round
     policy = run.services.keep_warm
     if policy is not None:
         # An agent waiting on its subagents is a paused session (waits.py).
@@ -116,6 +141,13 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
     tree.start = start
     root = Agent(name=ROOT_AGENT, parent=None, depth=0, items=turn.sent_prompt_items)
     root.relay = run.relay
+    new_input = {id(item) for item in turn.new_input}
+    root.answered = next(
+        (index for index, item in enumerate(root.items) if id(item) in new_input),
+        len(root.items),
+    )
+    if threshold is not None:
+        start_window(root)
     tree.add(root)
     prompt_length = len(root.items)
     try:
@@ -151,10 +183,11 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
     )
 
 
-def _shared_fields(run: TurnInProgress) -> dict[str, Any]:
+def _shared_fields(run: TurnInProgress, catalog: ToolCatalog | None) -> dict[str, Any]:
     """The fields every agent's request shares: the client's request as rendered for the
     upstream, non-streamed (the tree shows items as they are decided), with the six
-    actions after the client's tools."""
+    actions after the client's tools (each MCP entry replaced by its server's tools, as
+    the tool loop sends them)."""
     turn = run.turn
     fields = upstream_fields(
         turn.request,
@@ -163,7 +196,12 @@ def _shared_fields(run: TurnInProgress) -> dict[str, Any]:
         tags=turn.tags,
     )
     fields["stream"] = False
-    fields["tools"] = [*(fields.get("tools") or ()), *TOOLS]
+    tools = fields.get("tools") or []
+    if catalog is not None:
+        tools = catalog.upstream_tools(turn.request.tools or [])
+        if "tool_choice" in fields:
+            fields["tool_choice"] = catalog.upstream_tool_choice(fields["tool_choice"])
+    fields["tools"] = [*tools, *TOOLS]
     tokens = run.tokens
     if tokens is not None and tokens.asked:
         fields.update(TOKEN_IDS_FIELD)

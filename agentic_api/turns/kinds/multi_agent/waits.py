@@ -49,7 +49,7 @@ class WaitsKeptWarm:
         tokens = (
             [*reported.prompt, *reported.output] if isinstance(reported, ReportedTokens) else None
         )
-        items = list(agent.items)
+        items = agent.visible()
         pause = Pause(
             session_id=turn.lineage.session_id,
             response_id=agent.response_id or turn.response_id,
