@@ -53,6 +53,8 @@ def describe(body: bytes) -> dict[str, Any]:
         "agent": int(match.group(2)) if match else None,
         "turn": int(match.group(3)) if match else None,
         "program": program,
+        # Our server's session coordinate (every agent of a multi-agent tree: the root's).
+        "session": data.get("session_id"),
         "stream": bool(data.get("stream")),
     }
 
