@@ -18,12 +18,13 @@ The rule, in order:
 3. Several hold the same longest prefix (none at all, or only a prefix other sessions
    share): the replica that served the previous round when it has *room* for this
    session (its KV size minus the other sessions' claims there holds this session's
-   tokens; an unknown size is room), else the tied replica with the most room when that
-   one has room (``capacity``: the previous one had none, so this round moves to where
-   the session fits). A session with no previous round goes to its *home*: the tied
-   replica with the most room, the rendezvous hash of the session key breaking ties, so
-   sessions starting together spread over the replicas by what they hold, not by chance
-   (``home``; a longest prefix above zero keeps its reason, ``resident_prefix``).
+   tokens, a prefix they share counted once; an unknown size is room), else the tied
+   replica with the most room when that one has room (``capacity``: the previous one
+   had none, so this round moves to where the session fits). A session with no previous
+   round goes to its *home*: the tied replica with the most room, the rendezvous hash of
+   the session key breaking ties, so sessions starting together spread over the replicas
+   by what they hold, not by chance (``home``; a longest prefix above zero keeps its
+   reason, ``resident_prefix``).
 4. The chosen replica is saturated (more waiting requests or more KV usage than the
    limits): the least-loaded unsaturated replica among those holding at least
    ``spill_share`` of the best's resident tokens, else the least-loaded replica of all
@@ -139,11 +140,14 @@ def place(
     *,
     previous: str | None = None,
     demand: int | None = None,
+    size: int | None = None,
 ) -> Decision:
     """Where this round goes. ``session_key``: the session (a multi-agent tree's root
     session, so the whole tree shares one home); ``previous``: the replica that served
     the previous round of this branch (the parent turn, or this turn's last round);
-    ``demand``: the tokens this session comes back with (None: unknown, any room fits)."""
+    ``demand``: the room this session needs, the tokens only it holds (None: unknown,
+    any room fits); ``size``: all its tokens, what a move is weighed against (None: the
+    demand)."""
     if not candidates:
         raise ValueError("no replica to place on")
     pool = [c for c in candidates if c.healthy] or list(candidates)
@@ -155,7 +159,7 @@ def place(
     if len(tied) == 1:
         chosen = tied[0]
         roomiest = by_name[home]
-        if _worth_moving(chosen, roomiest, demand, limits):
+        if _worth_moving(chosen, roomiest, demand, size or demand, limits):
             chosen, reason = roomiest, "capacity"
     else:
         roomiest = by_name[_home(tied, session_key)]
@@ -195,15 +199,21 @@ def _home(tied: Sequence[Candidate], session_key: str) -> str:
 
 
 def _worth_moving(
-    holder: Candidate, roomiest: Candidate, demand: int | None, limits: Limits
+    holder: Candidate,
+    roomiest: Candidate,
+    demand: int | None,
+    size: int | None,
+    limits: Limits,
 ) -> bool:
     """The replica holding the longest prefix has no room for the session, the roomiest
-    one has, and moving recomputes less than ``move_share`` of the session: there it
-    stays warm, where it is it would be evicted again (a replica back from a restart,
-    say, while the survivor holds only the prefix every session shares)."""
-    if not demand or roomiest is holder or _fits(holder, demand) or not _fits(roomiest, demand):
+    one has, and moving recomputes less than ``move_share`` of the session's tokens:
+    there it stays warm, where it is it would be evicted again (a replica back from a
+    restart, say, while the survivor holds only the prefix every session shares)."""
+    if not demand or not size or roomiest is holder:
         return False
-    return holder.resident_tokens - roomiest.resident_tokens < demand * limits.move_share
+    if _fits(holder, demand) or not _fits(roomiest, demand):
+        return False
+    return holder.resident_tokens - roomiest.resident_tokens < size * limits.move_share
 
 
 def _fits(candidate: Candidate, demand: int | None) -> bool:

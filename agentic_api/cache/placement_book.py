@@ -35,16 +35,26 @@ DECISIONS_KEPT = 64
 @dataclass(frozen=True, slots=True)
 class Claim:
     """A session's hold on a replica: where it was last placed, the tokens it comes back
-    with (None: not known yet, its first round not answered), and when it was placed."""
+    with (None: not known yet, its first round not answered), how many of those the
+    replica already held when the session's first round there began (a prefix other
+    sessions share, which the session that brought it counts), and when it was placed."""
 
     replica: str
     tokens: int | None
+    shared: int
     at: float
+    # Whether a round of the session was answered on this replica (``shared`` is known).
+    answered: bool = False
+
+    @property
+    def own(self) -> int | None:
+        """The tokens only this session holds there (None: not known yet)."""
+        return None if self.tokens is None else max(self.tokens - self.shared, 0)
 
 
 @dataclass(slots=True)
 class _Claimed:
-    """One replica's claims, summed: known tokens, and how many claims are unknown."""
+    """One replica's claims, summed: their own tokens where known, and how many are not."""
 
     tokens: int = 0
     unknown: int = 0
@@ -158,15 +168,22 @@ class PlacementBook:
 
     # -- claims -------------------------------------------------------------------------
 
-    def claim(self, key: str, replica: str, tokens: int | None) -> None:
+    def claim(self, key: str, replica: str, tokens: int | None, cached: int | None = None) -> None:
         """Session ``key`` is placed on ``replica`` and comes back with ``tokens`` (None:
-        unknown; a known size is kept until a new one is known on the same replica)."""
+        unknown; a known size is kept until a new one is known on the same replica);
+        ``cached``: a round of it was answered there, with that many prompt tokens found
+        cached (the first such round on this replica says what the session shares)."""
         old = self._claims.pop(key, None)
+        same = old is not None and old.replica == replica
         if old is not None:
             self._count(old, -1)
-            if tokens is None and old.replica == replica:
+            if tokens is None and same:
                 tokens = old.tokens
-        claim = Claim(replica, tokens, self.now())
+        if old is not None and same and old.answered:
+            shared, answered = old.shared, True
+        else:
+            shared, answered = cached or 0, cached is not None
+        claim = Claim(replica, tokens, shared, self.now(), answered)
         self._claims[key] = claim
         self._count(claim, 1)
         self._lapse()
@@ -175,25 +192,28 @@ class PlacementBook:
         return self._claims.get(key)
 
     def committed(self, excluding: str | None = None) -> dict[str, int]:
-        """Per replica, the tokens the live sessions placed there come back with, but for
-        session ``excluding``'s own claim. A claim of unknown size counts as the mean of
-        the known ones (one token while none is known: then claims are counted)."""
+        """Per replica, the tokens only the live sessions placed there hold (their own
+        part: a prefix they share counts once, with the session that brought it), but for
+        session ``excluding``'s claim. A claim of unknown size counts as the mean of the
+        known ones (one token while none is known: then claims are counted)."""
         self._lapse()
         sizes = sum(c.tokens for c in self._claimed.values())
         sized = len(self._claims) - sum(c.unknown for c in self._claimed.values())
         mean = sizes // sized if sized else 1
         totals = {name: c.tokens + c.unknown * mean for name, c in self._claimed.items()}
-        own = None if excluding is None else self._claims.get(excluding)
-        if own is not None and own.replica in totals:
-            totals[own.replica] -= mean if own.tokens is None else own.tokens
+        mine = None if excluding is None else self._claims.get(excluding)
+        if mine is not None and mine.replica in totals:
+            own = mine.own
+            totals[mine.replica] -= mean if own is None else own
         return totals
 
     def _count(self, claim: Claim, sign: int) -> None:
         claimed = self._claimed.setdefault(claim.replica, _Claimed())
-        if claim.tokens is None:
+        own = claim.own
+        if own is None:
             claimed.unknown += sign
         else:
-            claimed.tokens += sign * claim.tokens
+            claimed.tokens += sign * own
 
     def _lapse(self) -> None:
         oldest = self.now() - self.claim_seconds

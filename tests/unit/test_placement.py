@@ -459,6 +459,27 @@ def test_claims_sum_per_replica_count_unknown_sizes_as_the_mean_and_lapse() -> N
     assert book.claim_of("s1") is None
 
 
+def test_a_prefix_sessions_share_is_claimed_once_by_the_session_that_brought_it() -> None:
+    book = PlacementBook(["a", "b"], eject_seconds=5)
+    # The first session prefilled the shared prefix (nothing cached): all its tokens are
+    # its own. The next two found its 800 tokens there: only the rest is theirs.
+    book.claim("s1", "a", 1500, cached=0)
+    book.claim("s2", "a", 1500, cached=800)
+    book.claim("s3", "a", None)
+    book.claim("s3", "a", 1500, cached=800)
+    assert book.committed() == {"a": 1500 + 700 + 700}
+    claim = book.claim_of("s2")
+    assert claim is not None and (claim.shared, claim.own) == (800, 700)
+    # Later rounds there find their own prefix cached too: the shared part stays as the
+    # first round said.
+    book.claim("s2", "a", 1700, cached=1500)
+    assert book.committed(excluding="s1") == {"a": 900 + 700}
+    # Moved to another replica, the session's first round there says anew.
+    book.claim("s2", "b", None)
+    book.claim("s2", "b", 1700, cached=0)
+    assert book.committed() == {"a": 1500 + 700, "b": 1700}
+
+
 def test_claims_are_bounded_by_the_sessions_kept() -> None:
     book = PlacementBook(["a"], eject_seconds=5, max_sessions=2)
     for i in range(3):
@@ -474,5 +495,8 @@ def test_an_unknown_demand_never_moves_a_session() -> None:
     )
     assert place(candidates, "s", LIMITS, previous="a").replica == "a"
     assert place(candidates, "s", LIMITS, previous="a", demand=1000).reason == "capacity"
+    # A move is weighed against all the session's tokens, its room against its own part:
+    # 64 tokens to recompute is most of a 100-token session (60 of them its own).
+    assert place(candidates, "s", LIMITS, previous="a", demand=60, size=100).replica == "a"
     never = Limits(max_waiting=2, max_kv_usage=0.9, spill_share=0.5, move_share=0)
     assert place(candidates, "s", never, previous="a", demand=1000).replica == "a"

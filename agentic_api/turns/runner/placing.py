@@ -50,6 +50,15 @@ _NOT_RETRIED = frozenset({"upstream_authentication_failed"})
 
 
 @dataclass(frozen=True, slots=True)
+class RoundSize:
+    """An answered round's prompt + output tokens, and how many of its prompt tokens the
+    replica found cached (None: the answer did not say)."""
+
+    tokens: int
+    cached: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Target:
     """Where a round goes: the client to send with, and why (None: one upstream URL)."""
 
@@ -168,19 +177,25 @@ class RoundPlacer:
             return Target(self.services.upstream)
         candidates = await self._candidates(book)
         previous = self._previous()
-        demand = self._demand(book)
+        size = self._size(book)
+        claim = book.claim_of(self.work.home_key)
+        # The room it needs: what only it holds (a prefix it found there is shared).
+        demand = None if size is None else size - (claim.shared if claim is not None else 0)
         decision = place(
             candidates,
             self.work.home_key,
             self._limits(),
             previous=None if previous is None else previous.replica,
             demand=demand,
+            size=size,
         )
-        book.claim(self.work.home_key, decision.replica, demand)
+        book.claim(self.work.home_key, decision.replica, size)
         return self._chosen(book, decision)
 
     async def call(
-        self, send: Callable[[UpstreamClient], Awaitable[T]], tokens: Callable[[T], int | None]
+        self,
+        send: Callable[[UpstreamClient], Awaitable[T]],
+        tokens: Callable[[T], RoundSize | None],
     ) -> T:
         """One JSON round of this work: placed, sent, failed over once when refused before
         any byte reached the client, its answer recorded (``tokens``: its prompt + output,
@@ -237,17 +252,20 @@ class RoundPlacer:
         )
         return self._chosen(book, retried, counted=False)
 
-    def answered(self, target: Target, tokens: int | None) -> None:
-        """The round on ``target`` was answered (``tokens``: its prompt + output, when the
-        answer said): the next round, and the turn continuing this one, start there."""
+    def answered(self, target: Target, size: RoundSize | None) -> None:
+        """The round on ``target`` was answered (``size``: its prompt + output and cached
+        tokens, when the answer said): the next round, and the turn continuing this one,
+        start there."""
         book, replica = self.book, target.replica
         if book is None or replica is None:
             return
         key = self.work.shown_id
+        tokens = None if size is None else size.tokens
         book.served(key, replica, tokens)
         self._last = book.served_by(key)
-        # The session comes back with this round's prompt + output: its claim's size.
-        book.claim(self.work.home_key, replica, tokens)
+        # The session comes back with this round's prompt + output: its claim's size
+        # (and, on its first round there, what it found the replica already held).
+        book.claim(self.work.home_key, replica, tokens, None if size is None else size.cached)
 
     # -- what the rule is given ---------------------------------------------------------
 
@@ -288,7 +306,7 @@ class RoundPlacer:
             for name in book.replicas
         ]
 
-    def _demand(self, book: PlacementBook) -> int | None:
+    def _size(self, book: PlacementBook) -> int | None:
         """The tokens this session comes back with: the branch it continues (read with the
         residency), else what its claim last said (None: not known yet)."""
         if self._branch is not None:
@@ -374,7 +392,7 @@ async def placed_call(
     services: Runtime,
     work: Work,
     send: Callable[[UpstreamClient], Awaitable[T]],
-    tokens: Callable[[T], int | None],
+    tokens: Callable[[T], RoundSize | None],
 ) -> T:
     """One JSON round outside a running turn (a prewarm, ``/v1/responses/compact``, a
     Messages call): placed like a turn's round, failed over once when refused, its answer
@@ -403,12 +421,15 @@ async def placed_stream(
         yield stream, placer, target
 
 
-def answered_tokens(final: Mapping[str, Any] | None) -> int | None:
-    """A round's prompt + output tokens, as its answer's usage says (None: it does not)."""
+def answered_tokens(final: Mapping[str, Any] | None) -> RoundSize | None:
+    """A round's prompt + output tokens and its cached prompt tokens, as its answer's
+    usage says (None: it does not say the first)."""
     usage = None if final is None else final.get("usage")
     if not isinstance(usage, Mapping):
         return None
     prompt, output = usage.get("input_tokens"), usage.get("output_tokens")
     if type(prompt) is not int or type(output) is not int:
         return None
-    return prompt + output
+    details = usage.get("input_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    return RoundSize(prompt + output, cached if type(cached) is int else None)
