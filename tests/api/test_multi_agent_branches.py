@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from openai import BadRequestError, NotFoundError
 
+from agentic_api.turns.kinds.multi_agent.actions import NAMES
 from tests.api.test_multi_agent_tree import (
     ALPHA,
     BETA,
@@ -287,6 +288,44 @@ def test_continuing_from_a_subagent_is_accounted_against_its_own_token_ids(
     assert account["measured_cached"] == account["expected_cached"]
     assert more.prompt_cache_diagnostics is not None
     assert more.prompt_cache_diagnostics.type == "cache_hit"
+
+
+def test_a_plain_continuation_from_a_subagent_names_the_lost_tools(
+    branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    """The subagent's rounds had the six actions among their tools; a plain continuation
+    renders without them. Its fingerprint (the subagent's is its tree's, actions included)
+    names that change, so the loss is the tools', not the template's."""
+    client = branch_server.client(tenant, timeout=30)
+    script_two_helpers(sim)
+    root = create_tree(client)
+    alpha_id = spawned_ids(root)[ALPHA]
+    admin = AdminApi(branch_server.url, branch_server.db_url)
+    try:
+        sim.push(Reply("C is 3."))
+        more = client.responses.create(
+            model=MODEL,
+            instructions=INSTRUCTIONS,
+            input="And C?",
+            previous_response_id=alpha_id,
+            prompt_cache_options={"comparison_response_id": alpha_id},
+        )
+        assert more.status == "completed"
+        account = admin.get(f"/responses/{more.id}/token_account")["account"]
+        lineage = admin.get(f"/responses/{more.id}/lineage")
+    finally:
+        admin.close()
+    assert account["parent_id"] == alpha_id and account["status"] == "diverged"
+    assert account["cause"] == "fingerprint" and account["changes"] == ["tools"]
+    # Where the tools render: in the subagent's prompt, before the history.
+    assert account["divergence"]["region"] == "prompt"
+    (turn,) = [t for t in lineage["ancestors"] if t["id"] == more.id]
+    (change,) = turn["cache_break"]["changes"]
+    assert change["component"] == "tools"
+    assert all(f"'{name}'" in change["description"] for name in NAMES)
+    assert more.prompt_cache_diagnostics is not None
+    assert more.prompt_cache_diagnostics.type == "cache_miss"
+    assert more.prompt_cache_diagnostics.reason == "tools_changed"
 
 
 def test_deleting_the_root_deletes_its_subagents(

@@ -238,7 +238,17 @@ def test_a_subagent_compacts_on_its_own(
         if item["type"] == "multi_agent_call_output" and item["action"] == "spawn_agent"
     ]
     own_id = json.loads(spawned[0]["output"][0]["text"])["response_id"]
-    assert tree_client.responses.retrieve(own_id).status == "completed"
+    own = tree_client.responses.retrieve(own_id)
+    assert own.status == "completed"
+    # Its response lists the compaction among what it produced, as a single-agent
+    # response lists its own (without the tree's agent attribution).
+    own_output = dumped(own)
+    assert [item["type"] for item in own_output] == ["function_call", "compaction", "message"]
+    shown = {key: value for key, value in compaction.items() if key != "agent"}
+    assert own_output[1] == shown
+    replayed = list(tree_client.responses.retrieve(own_id, stream=True))
+    assert replayed[-1].type == "response.completed"
+    assert dumped(replayed[-1].response) == own_output
     sim.state.clear_recordings()
     sim.push(Reply("B is 2."))
     after = tree_client.responses.create(

@@ -4,23 +4,36 @@ rest of the tree goes on; the client answers with ``response.inject`` and gets
 ``response.inject.created`` in the response's stream, or ``response.inject.failed`` with
 its input back for a response that has ended or never ran here. Then the Agents SDK's
 hosted multi-agent model (``OpenAIHostedMultiAgentModel``) end to end, its function tool
-answered by ``response.inject``. Every frame is checked with the SDK's beta types."""
+answered by ``response.inject``. An inject is checked like every frame: once the key is
+revoked or its tenant disabled, it is refused, the connection ends and nothing reaches
+the waiting agent. Every frame is checked with the SDK's beta types."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.extensions.experimental.hosted_multi_agent import OpenAIHostedMultiAgentModel
 from openai import AsyncOpenAI, OpenAI
+from websockets.exceptions import ConnectionClosed
 
 from tests.api.test_multi_agent_tree import ALPHA, ROOT, by_agent
+from tests.api.test_websocket_admin import (
+    CLOSE_CREDENTIALS_REFUSED,
+    admin_client,
+    ok,
+    revoke_only_key,
+)
 from tests.conftest import RunningServer, app_server
+from tests.support.sql import scalar
 from tests.support.tenants import TenantKeys, create_tenant
+from tests.support.websocket import open_socket
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
 MODEL = "sim-model"
@@ -218,3 +231,91 @@ def test_multi_agent_needs_the_beta_header_on_the_socket(
         error = connection.recv()
     assert error.type == "error"
     assert sim.requests("/v1/responses") == []
+
+
+# -- credentials, checked on every frame ---------------------------------------------------
+
+# Long enough for a tree's first round, short enough that a tree left waiting for a client
+# that can no longer answer ends within the test.
+WAIT_SECONDS = 4.0
+
+
+@pytest.fixture(scope="module")
+def waiting_server(
+    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningServer]:
+    with app_server(
+        backend,
+        db_url,
+        sim.url,
+        tmp_path_factory.mktemp("socket-waiting"),
+        router_agentic_context=True,
+        multi_agent_max_seconds=WAIT_SECONDS,
+    ) as running:
+        yield running
+
+
+def revoke(admin: httpx.Client, tenant: TenantKeys) -> None:
+    revoke_only_key(admin, tenant)
+
+
+def disable(admin: httpx.Client, tenant: TenantKeys) -> None:
+    ok(admin.post(f"/tenants/{tenant.id}/disable"))
+
+
+@pytest.mark.parametrize("admin_acts", [revoke, disable], ids=["key_revoked", "tenant_disabled"])
+def test_an_inject_after_the_admin_acted_is_refused_and_injects_nothing(
+    waiting_server: RunningServer, sim: SimServer, admin_acts: Any
+) -> None:
+    """The root waits for the client's lookup; meanwhile the admin revokes the key (or
+    disables the tenant). The client's ``response.inject`` is then refused as a
+    ``response.create`` would be (a 401 ``error`` frame, close code 1008): the output never
+    reaches the root, whose tree runs out of time without another round."""
+    tenant = create_tenant(waiting_server.db_url)
+    sim.push_for(ROOT, ToolCalls([Call("lookup", {"key": "A"}, call_id="call_a")]), Reply("42."))
+    with (
+        admin_client(waiting_server) as admin,
+        open_socket(waiting_server, tenant, HEADERS) as socket,
+    ):
+        create = {"model": MODEL, "input": "What is A?", "tools": [LOOKUP], "multi_agent": MULTI}
+        socket.send(json.dumps({"type": "response.create", **create}))
+        response_id = None
+        while True:
+            event = json.loads(socket.recv(timeout=20))
+            assert event["type"] not in ("response.completed", "response.failed"), event
+            if event["type"] == "response.created":
+                response_id = event["response"]["id"]
+            if event["type"] == "response.output_item.done" and event["item"]["type"] == (
+                "function_call"
+            ):
+                break
+        assert response_id is not None
+        admin_acts(admin, tenant)
+        answer = {"type": "function_call_output", "call_id": "call_a", "output": "42"}
+        socket.send(
+            json.dumps({"type": "response.inject", "response_id": response_id, "input": [answer]})
+        )
+        frame = json.loads(socket.recv(timeout=10))
+        assert frame["type"] == "error" and frame["status"] == 401, frame
+        assert frame["error"]["code"] == "invalid_api_key"
+        assert "no longer accepted" in frame["error"]["message"]
+        with pytest.raises(ConnectionClosed) as closed:
+            socket.recv(timeout=10)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == CLOSE_CREDENTIALS_REFUSED
+    # Nothing was injected: the root never had another round, and its tree ended on its
+    # time limit (stored failed, as the client's leaving lets it finish).
+    deadline = time.monotonic() + WAIT_SECONDS + 10
+    status = None
+    while status not in ("failed", "completed") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = scalar(
+            waiting_server.db_url, "SELECT status FROM responses WHERE id = :id", id=response_id
+        )
+    assert status == "failed"
+    error = scalar(
+        waiting_server.db_url, "SELECT error FROM responses WHERE id = :id", id=response_id
+    )
+    assert "multi_agent_time_limit" in str(error)
+    assert len(by_agent(sim)[ROOT]) == 1
+    assert all("call_a" not in json.dumps(rec.json["input"][-1]) for rec in by_agent(sim)[ROOT])
