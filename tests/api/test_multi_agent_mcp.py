@@ -23,24 +23,23 @@ from openai.types.responses.tool_param import Mcp
 from agentic_api.mcp.client import load_sdk
 from agentic_api.turns.kinds.multi_agent.actions import NAMES
 from tests.api.test_bad_input import count_responses
-from tests.api.test_multi_agent_tree import ALPHA, BETAS, MODEL, MULTI, ROOT, by_agent
-from tests.conftest import RunningServer, app_server, make_database
+from tests.conftest import RunningServer, make_database
 from tests.support.databases import drop_pg_database
-from tests.support.mcp_server import McpTestServer, start_mcp_server
+from tests.support.mcp_server import McpTestServer, mcp_server_fixtures
+from tests.support.multi_agent import (
+    ALPHA,
+    BETAS,
+    MODEL,
+    MULTI,
+    ROOT,
+    by_agent,
+    events_of,
+    tree_app,
+)
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
-
-@pytest.fixture(scope="module")
-def mcp_server() -> Iterator[McpTestServer]:
-    server = start_mcp_server()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_mcp_calls(mcp_server: McpTestServer) -> None:
-    mcp_server.reset()
+mcp_server, _fresh_mcp_calls = mcp_server_fixtures()
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +51,12 @@ def tree_server(
     url, pg_name = make_database(backend, tmp_path_factory.mktemp("tree-mcp-db"))
     asyncio.run(load_sdk())
     try:
-        with app_server(
+        with tree_app(
             backend,
             url,
             sim.url,
             tmp_path_factory.mktemp("tree-mcp"),
             mcp_allow_loopback=True,
-            router_agentic_context=True,
             multi_agent_max_depth=1,
         ) as running:
             yield running
@@ -185,15 +183,6 @@ def test_every_agent_calls_the_requests_mcp_tools(
 
     stored = client.beta.responses.retrieve(final["id"], betas=BETAS)
     assert stored.model_dump(exclude_none=True)["output"] == output
-
-
-def events_of(events: list[dict[str, Any]], item_id: str) -> list[dict[str, Any]]:
-    """The events of one output item, in order."""
-    return [
-        e
-        for e in events
-        if e.get("item_id") == item_id or (e.get("item") or {}).get("id") == item_id
-    ]
 
 
 def test_a_streamed_mcp_call_has_the_tool_loops_events(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -21,22 +20,29 @@ import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.extensions.experimental.hosted_multi_agent import OpenAIHostedMultiAgentModel
 from openai import AsyncOpenAI, OpenAI
-from websockets.exceptions import ConnectionClosed
 
-from tests.api.test_multi_agent_tree import ALPHA, ROOT, by_agent
 from tests.api.test_websocket_admin import (
-    CLOSE_CREDENTIALS_REFUSED,
     admin_client,
+    assert_credentials_refused,
     ok,
     revoke_only_key,
 )
-from tests.conftest import RunningServer, app_server
+from tests.conftest import RunningServer
+from tests.support.multi_agent import (
+    ALPHA,
+    MODEL,
+    ROOT,
+    action_results,
+    by_agent,
+    dumped,
+    root_delegates,
+    tree_server_fixture,
+)
 from tests.support.sql import scalar
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.support.websocket import open_socket
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
-MODEL = "sim-model"
 BETA = "responses_multi_agent=v1"
 HEADERS = {"OpenAI-Beta": BETA}
 MULTI: Any = {"enabled": True}
@@ -48,14 +54,7 @@ LOOKUP: Any = {
 }
 
 
-@pytest.fixture(scope="module")
-def socket_server(
-    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningServer]:
-    with app_server(
-        backend, db_url, sim.url, tmp_path_factory.mktemp("socket"), router_agentic_context=True
-    ) as running:
-        yield running
+socket_server = tree_server_fixture("socket_server")
 
 
 @pytest.fixture
@@ -66,12 +65,7 @@ def keys(socket_server: RunningServer) -> TenantKeys:
 def test_a_subagent_waits_for_an_injected_tool_output(
     socket_server: RunningServer, keys: TenantKeys, sim: SimServer
 ) -> None:
-    sim.push_for(
-        ROOT,
-        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Look A up."})]),
-        ToolCalls([Call("wait_agent", {})]),
-        Reply("A is 42."),
-    )
+    root_delegates(sim, "Look A up.", "A is 42.")
     sim.push_for(
         ALPHA,
         ToolCalls([Call("lookup", {"key": "A"}, call_id="call_lookup_a")]),
@@ -130,13 +124,8 @@ def test_a_subagent_waits_for_an_injected_tool_output(
     assert last["type"] == "function_call_output" and last["output"] == "42"
     final = events[-1].response
     assert final.output[-1].type == "message"
-    waited = next(
-        item
-        for item in final.output
-        if item.type == "multi_agent_call_output" and item.action == "wait_agent"
-    )
-    result = json.loads(waited.output[0].text)
-    assert result["agents"][0]["final_answer"] == "A is 42."
+    (waited,) = action_results(dumped(final), "wait_agent")
+    assert waited["agents"][0]["final_answer"] == "A is 42."
 
 
 def test_an_injection_nobody_waits_for_is_an_error(
@@ -187,12 +176,7 @@ def test_the_agents_sdk_hosted_model_end_to_end(
         looked_up.append(key)
         return "42"
 
-    sim.push_for(
-        ROOT,
-        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Look A up."})]),
-        ToolCalls([Call("wait_agent", {})]),
-        Reply("A is 42."),
-    )
+    root_delegates(sim, "Look A up.", "A is 42.")
     sim.push_for(ALPHA, ToolCalls([Call("lookup", {"key": "A"})]), Reply("The value of A is 42."))
 
     async def run() -> Any:
@@ -240,19 +224,7 @@ def test_multi_agent_needs_the_beta_header_on_the_socket(
 WAIT_SECONDS = 4.0
 
 
-@pytest.fixture(scope="module")
-def waiting_server(
-    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningServer]:
-    with app_server(
-        backend,
-        db_url,
-        sim.url,
-        tmp_path_factory.mktemp("socket-waiting"),
-        router_agentic_context=True,
-        multi_agent_max_seconds=WAIT_SECONDS,
-    ) as running:
-        yield running
+waiting_server = tree_server_fixture("waiting_server", multi_agent_max_seconds=WAIT_SECONDS)
 
 
 def revoke(admin: httpx.Client, tenant: TenantKeys) -> None:
@@ -295,14 +267,8 @@ def test_an_inject_after_the_admin_acted_is_refused_and_injects_nothing(
         socket.send(
             json.dumps({"type": "response.inject", "response_id": response_id, "input": [answer]})
         )
-        frame = json.loads(socket.recv(timeout=10))
-        assert frame["type"] == "error" and frame["status"] == 401, frame
-        assert frame["error"]["code"] == "invalid_api_key"
-        assert "no longer accepted" in frame["error"]["message"]
-        with pytest.raises(ConnectionClosed) as closed:
-            socket.recv(timeout=10)
-    assert closed.value.rcvd is not None
-    assert closed.value.rcvd.code == CLOSE_CREDENTIALS_REFUSED
+        # No response.inject.created first: the refusal is the next frame.
+        assert_credentials_refused(socket, json.loads(socket.recv(timeout=10)))
     # Nothing was injected: the root never had another round, and its tree ended on its
     # time limit (stored failed, as the client's leaving lets it finish).
     deadline = time.monotonic() + WAIT_SECONDS + 10
