@@ -110,6 +110,11 @@ class CallOutcome:
     def failed(self) -> bool:
         return self.error is not None
 
+    @property
+    def status(self) -> str:
+        """The status of its ``mcp_call`` item."""
+        return "failed" if self.failed else "completed"
+
     def model_text(self) -> str:
         """What the model is told: the output, or the failure in a sentence."""
         if self.error is None:

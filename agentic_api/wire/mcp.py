@@ -157,6 +157,24 @@ def arguments_done(output_index: int, item_id: str, arguments: str) -> dict[str,
     }
 
 
+def call_started_events(output_index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+    """An ``mcp_call`` item (``in_progress``) announced before the gateway runs it: added,
+    ``mcp_call.in_progress``, its arguments whole."""
+    return [
+        item_added(output_index, item),
+        progress_event("mcp_call.in_progress", output_index, item["id"]),
+        arguments_done(output_index, item["id"], item["arguments"]),
+    ]
+
+
+def call_finished_events(output_index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+    """An announced ``mcp_call`` item settled: ``mcp_call.completed`` / ``.failed`` when it
+    ran, then done (a call not run, ``incomplete``, is only done)."""
+    status = item["status"]
+    ran = [progress_event(f"mcp_call.{status}", output_index, item["id"])]
+    return [*(ran if status in ("completed", "failed") else []), item_done(output_index, item)]
+
+
 def list_tools_events(output_index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
     """The events of one ``mcp_list_tools`` item, from added to done."""
     in_progress = {**item, "tools": []}

@@ -22,7 +22,7 @@ from openai.types.responses.tool_param import Mcp, McpRequireApproval
 from agentic_api.mcp.client import load_sdk
 from tests.conftest import RunningServer, app_server, make_database
 from tests.support.databases import drop_pg_database
-from tests.support.mcp_server import McpTestServer, start_mcp_server
+from tests.support.mcp_server import McpTestServer, mcp_server_fixtures
 from tests.support.servers import free_port
 from tests.support.sql import rows
 from tests.support.tenants import TenantKeys, create_tenant
@@ -33,16 +33,7 @@ MAX_ROUNDS = 3
 SECRET = "sk-mcp-secret-9f8e7d6c5b4a"
 
 
-@pytest.fixture(scope="module")
-def mcp_server() -> Iterator[McpTestServer]:
-    server = start_mcp_server()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_mcp_calls(mcp_server: McpTestServer) -> None:
-    mcp_server.reset()
+mcp_server, _fresh_mcp_calls = mcp_server_fixtures()
 
 
 @pytest.fixture(scope="module")

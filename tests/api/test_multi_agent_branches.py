@@ -11,44 +11,39 @@ admin agents view names every agent's response.
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from openai import BadRequestError, NotFoundError
+from openai import BadRequestError, NotFoundError, OpenAI
 
-from tests.api.test_multi_agent_tree import (
-    ALPHA,
-    BETA,
-    BETAS,
-    INSTRUCTIONS,
-    MODEL,
-    MULTI,
-    QUESTION,
-    ROOT,
-    by_agent,
-    create_tree,
-    script_two_helpers,
-)
-from tests.conftest import RunningServer, app_server
+from agentic_api.turns.kinds.multi_agent.actions import NAMES
+from tests.conftest import RunningServer
 from tests.support.admin_api import AdminApi
 from tests.support.console import cells, log_in
+from tests.support.multi_agent import (
+    ALPHA,
+    BETA,
+    INSTRUCTIONS,
+    MODEL,
+    QUESTION,
+    ROOT,
+    agent_accounts,
+    by_agent,
+    create_tree,
+    dumped,
+    finished,
+    root_delegates,
+    script_two_helpers,
+    tree_server_fixture,
+)
+from tests.support.multi_agent import spawned_ids as spawned_in
 from tests.support.sql import scalar
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 from tests.upstream_sim import Call, Fail, Reply, SimServer, ToolCalls
+from tests.upstream_sim.state import RecordedRequest
 
-
-@pytest.fixture(scope="module")
-def branch_server(
-    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningServer]:
-    # The simulator tells the agents apart by the agentic_context the router setting sends.
-    with app_server(
-        backend, db_url, sim.url, tmp_path_factory.mktemp("branches"), router_agentic_context=True
-    ) as running:
-        yield running
+branch_server = tree_server_fixture("branch_server")
 
 
 @pytest.fixture
@@ -57,19 +52,19 @@ def tenant(branch_server: RunningServer) -> TenantKeys:
 
 
 def spawned_ids(response: Any) -> dict[str, str]:
-    """The subagents' response ids, as the spawns' results tell them."""
-    output = [item.model_dump(exclude_none=True) for item in response.output]
-    spawns = {
-        i["call_id"]
-        for i in output
-        if i["type"] == "multi_agent_call" and i["action"] == "spawn_agent"
-    }
-    results = [
-        json.loads(i["output"][0]["text"])
-        for i in output
-        if i["type"] == "multi_agent_call_output" and i["call_id"] in spawns
-    ]
-    return {result["agent_name"]: result["response_id"] for result in results}
+    """The subagents' response ids, as the spawns' results in an SDK response tell them."""
+    return spawned_in(dumped(response))
+
+
+def two_helpers_tree(
+    server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> tuple[OpenAI, Any, dict[str, str]]:
+    """The tenant's client, the tree of ``script_two_helpers`` it created, and its
+    subagents' response ids."""
+    client = server.client(tenant, timeout=30)
+    script_two_helpers(sim)
+    root = create_tree(client)
+    return client, root, spawned_ids(root)
 
 
 def text_of(item: Any) -> str:
@@ -79,11 +74,8 @@ def text_of(item: Any) -> str:
 def test_each_subagent_is_a_stored_response_that_continues(
     branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:
-    client = branch_server.client(tenant, timeout=30)
-    script_two_helpers(sim)
-    root = create_tree(client)
+    client, root, ids = two_helpers_tree(branch_server, tenant, sim)
     assert root.status == "completed"
-    ids = spawned_ids(root)
     assert set(ids) == {ALPHA, BETA} and len(set(ids.values())) == 2
 
     alpha = client.responses.retrieve(ids[ALPHA])
@@ -125,13 +117,11 @@ def test_each_subagent_is_a_stored_response_that_continues(
     assert sent[-2]["role"] == "assistant" and sent[-1]["role"] == "user"
 
     # The admin agents view names every agent's own response.
-    admin = AdminApi(branch_server.url, branch_server.db_url)
-    try:
-        accounts = admin.get(f"/responses/{root.id}/agents")
-    finally:
-        admin.close()
-    named = {agent["agent_name"]: agent["response_id"] for agent in accounts["agents"]}
-    assert named == {ROOT: root.id, **ids}
+    accounts = agent_accounts(branch_server, root.id)
+    assert {name: agent["response_id"] for name, agent in accounts.items()} == {
+        ROOT: root.id,
+        **ids,
+    }
 
 
 def test_a_tree_that_continues_chains_its_subagents_to_the_same_checkpoint(
@@ -188,12 +178,7 @@ def test_a_grandchild_of_a_background_tree_continues_from_what_it_saw(
     root's), in a background tree (the commit of a queued response)."""
     client = branch_server.client(tenant, timeout=30)
     sources = f"{ALPHA}/sources"
-    sim.push_for(
-        ROOT,
-        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Find A."})]),
-        ToolCalls([Call("wait_agent", {})]),
-        Reply("A is 1."),
-    )
+    root_delegates(sim, "Find A.", "A is 1.")
     sim.push_for(
         ALPHA,
         ToolCalls([Call("spawn_agent", {"task_name": "sources", "message": "Cite A."})]),
@@ -202,18 +187,11 @@ def test_a_grandchild_of_a_background_tree_continues_from_what_it_saw(
     )
     sim.push_for(sources, Reply("The source says A is 1."))
     queued = create_tree(client, background=True)
-    deadline = time.monotonic() + 20
-    found = queued
-    while found.status in ("queued", "in_progress") and time.monotonic() < deadline:
-        time.sleep(0.1)
-        found = client.beta.responses.retrieve(queued.id, betas=BETAS)
-    assert found.status == "completed"
-    admin = AdminApi(branch_server.url, branch_server.db_url)
-    try:
-        accounts = admin.get(f"/responses/{queued.id}/agents")["agents"]
-    finally:
-        admin.close()
-    named = {agent["agent_name"]: agent["response_id"] for agent in accounts}
+    assert finished(client, queued).status == "completed"
+    named = {
+        name: agent["response_id"]
+        for name, agent in agent_accounts(branch_server, queued.id).items()
+    }
     assert set(named) == {ROOT, ALPHA, sources}
     grandchild = client.responses.retrieve(named[sources])
     assert grandchild.status == "completed"
@@ -247,55 +225,98 @@ def test_an_interrupted_subagent_is_stored_cancelled(
 # -- stored completely: token ids, deletion, console links ---------------------------------
 
 
+@dataclass
+class FromAlpha:
+    """A continuation from a tree's subagent alpha, compared with it: alpha's last request
+    and id, the continuation, and what the admin API tells of them."""
+
+    alpha_last: RecordedRequest
+    alpha_id: str
+    more: Any
+    artifact: dict[str, Any] | None
+    account: dict[str, Any]
+    lineage: dict[str, Any]
+
+
+def continue_from_alpha(
+    server: RunningServer, tenant: TenantKeys, sim: SimServer, *, multi_agent: bool
+) -> FromAlpha:
+    client, _, ids = two_helpers_tree(server, tenant, sim)
+    alpha_id = ids[ALPHA]
+    alpha_last = by_agent(sim)[ALPHA][-1]
+    compared: Any = {"comparison_response_id": alpha_id}
+    if multi_agent:
+        sim.push_for(ROOT, Reply("C is 3."))
+        more = create_tree(
+            client, "And C?", previous_response_id=alpha_id, prompt_cache_options=compared
+        )
+    else:
+        sim.push(Reply("C is 3."))
+        more = client.responses.create(
+            model=MODEL,
+            instructions=INSTRUCTIONS,
+            input="And C?",
+            previous_response_id=alpha_id,
+            prompt_cache_options=compared,
+        )
+    assert more.status == "completed"
+    with AdminApi(server.url, server.db_url) as admin:
+        return FromAlpha(
+            alpha_last,
+            alpha_id,
+            more,
+            admin.get(f"/responses/{alpha_id}/token_account")["artifact"],
+            admin.get(f"/responses/{more.id}/token_account")["account"],
+            admin.get(f"/responses/{more.id}/lineage"),
+        )
+
+
 def test_continuing_from_a_subagent_is_accounted_against_its_own_token_ids(
     branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:
     """A subagent keeps its last round's ids as its artifact: a continuation from it gets
     the token account and ``prompt_cache_diagnostics`` any continuation gets (here a
     multi-agent one, so its tools are the subagent's: token-exact, a cache hit)."""
-    client = branch_server.client(tenant, timeout=30)
-    script_two_helpers(sim)
-    root = create_tree(client)
-    alpha_id = spawned_ids(root)[ALPHA]
-    alpha_last = by_agent(sim)[ALPHA][-1]
-    admin = AdminApi(branch_server.url, branch_server.db_url)
-    try:
-        artifact = admin.get(f"/responses/{alpha_id}/token_account")["artifact"]
-        assert artifact is not None
-        assert artifact["prompt_tokens"] == alpha_last.prompt_tokens
-        assert artifact["output_tokens"] == alpha_last.output_tokens
-
-        sim.push_for(ROOT, Reply("C is 3."))
-        more = client.beta.responses.create(
-            model=MODEL,
-            instructions=INSTRUCTIONS,
-            input="And C?",
-            multi_agent=MULTI,
-            betas=BETAS,
-            previous_response_id=alpha_id,
-            prompt_cache_options={"comparison_response_id": alpha_id},
-        )
-        assert more.status == "completed"
-        account = admin.get(f"/responses/{more.id}/token_account")["account"]
-    finally:
-        admin.close()
-    assert account["status"] == "exact" and account["parent_id"] == alpha_id
+    found = continue_from_alpha(branch_server, tenant, sim, multi_agent=True)
+    alpha_last, artifact, account = found.alpha_last, found.artifact, found.account
+    assert artifact is not None
+    assert artifact["prompt_tokens"] == alpha_last.prompt_tokens
+    assert artifact["output_tokens"] == alpha_last.output_tokens
+    assert account["status"] == "exact" and account["parent_id"] == found.alpha_id
     assert alpha_last.prompt_tokens and alpha_last.output_tokens
     assert account["parent_tokens"] == alpha_last.prompt_tokens + alpha_last.output_tokens
     assert account["reusable_tokens"] == account["parent_tokens"]
     assert account["expected_cached"] > 0
     assert account["measured_cached"] == account["expected_cached"]
+    assert found.more.prompt_cache_diagnostics is not None
+    assert found.more.prompt_cache_diagnostics.type == "cache_hit"
+
+
+def test_a_plain_continuation_from_a_subagent_names_the_lost_tools(
+    branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
+) -> None:
+    """The subagent's rounds had the six actions among their tools; a plain continuation
+    renders without them. Its fingerprint (the subagent's is its tree's, actions included)
+    names that change, so the loss is the tools', not the template's."""
+    found = continue_from_alpha(branch_server, tenant, sim, multi_agent=False)
+    account, more = found.account, found.more
+    assert account["parent_id"] == found.alpha_id and account["status"] == "diverged"
+    assert account["cause"] == "fingerprint" and account["changes"] == ["tools"]
+    # Where the tools render: in the subagent's prompt, before the history.
+    assert account["divergence"]["region"] == "prompt"
+    (turn,) = [t for t in found.lineage["ancestors"] if t["id"] == more.id]
+    (change,) = turn["cache_break"]["changes"]
+    assert change["component"] == "tools"
+    assert all(f"'{name}'" in change["description"] for name in NAMES)
     assert more.prompt_cache_diagnostics is not None
-    assert more.prompt_cache_diagnostics.type == "cache_hit"
+    assert more.prompt_cache_diagnostics.type == "cache_miss"
+    assert more.prompt_cache_diagnostics.reason == "tools_changed"
 
 
 def test_deleting_the_root_deletes_its_subagents(
     branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:
-    client = branch_server.client(tenant, timeout=30)
-    script_two_helpers(sim)
-    root = create_tree(client)
-    ids = spawned_ids(root)
+    client, root, ids = two_helpers_tree(branch_server, tenant, sim)
     tree = [root.id, *ids.values()]
     db_url = branch_server.db_url
 
@@ -341,10 +362,7 @@ def test_deleting_the_root_deletes_its_subagents(
 def test_the_console_links_each_subagent_to_its_response(
     branch_server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:
-    client = branch_server.client(tenant, timeout=30)
-    script_two_helpers(sim)
-    root = create_tree(client)
-    ids = spawned_ids(root)
+    _, root, ids = two_helpers_tree(branch_server, tenant, sim)
     with log_in(branch_server.url, create_admin_key(branch_server.db_url)) as http:
         page = http.get(f"/console/responses/{root.id}")
         assert page.status_code == 200, page.text

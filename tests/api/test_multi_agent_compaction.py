@@ -7,7 +7,6 @@ compacted window; a tree that never passes the threshold sends what it would wit
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,20 +15,24 @@ from openai import OpenAI
 
 from agentic_api.turns.prepare.summary_request import SUMMARY_REQUEST
 from agentic_api.wire.summary import SUMMARY_HEADER
-from tests.api.test_multi_agent_tree import (
+from tests.conftest import RunningServer
+from tests.support.multi_agent import (
     ALPHA,
     BETAS,
     INSTRUCTIONS,
     MODEL,
-    MULTI,
-    QUESTION,
     ROOT,
+    action_results,
+    agent_accounts,
     by_agent,
     check_tree,
+    create_tree,
+    dumped,
+    root_delegates,
     script_two_helpers,
+    spawned_ids,
+    tree_server_fixture,
 )
-from tests.conftest import RunningServer, app_server
-from tests.support.admin_api import AdminApi
 from tests.support.tenants import create_tenant
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 from tests.upstream_sim.state import RecordedRequest
@@ -43,19 +46,7 @@ NEVER: Any = [{"type": "compaction", "compact_threshold": 1_000_000}]
 SUMMARY = "NOTES: a quarterly shipment report was shared."
 
 
-@pytest.fixture(scope="module")
-def tree_server(
-    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningServer]:
-    with app_server(
-        backend,
-        db_url,
-        sim.url,
-        tmp_path_factory.mktemp("tree-compaction"),
-        router_agentic_context=True,
-        multi_agent_max_depth=1,
-    ) as running:
-        yield running
+tree_server = tree_server_fixture("tree_server", multi_agent_max_depth=1)
 
 
 @pytest.fixture
@@ -80,17 +71,19 @@ def asks_summary(rec: RecordedRequest) -> bool:
     return texts(rec)[-1] == SUMMARY_REQUEST
 
 
-def dumped(response: Any) -> list[dict[str, Any]]:
-    return [item.model_dump(exclude_none=True) for item in response.output]
-
-
 def agent_rounds(server: RunningServer, response_id: str) -> dict[str, int]:
-    admin = AdminApi(server.url, server.db_url)
-    try:
-        accounts = admin.get(f"/responses/{response_id}/agents")
-    finally:
-        admin.close()
-    return {agent["agent_name"]: len(agent["rounds"]) for agent in accounts["agents"]}
+    return {
+        name: len(agent["rounds"]) for name, agent in agent_accounts(server, response_id).items()
+    }
+
+
+def starts_at_the_summary(sim: SimServer, new_input: str) -> None:
+    """The one request a continuation sent starts its window at the compaction item (the
+    report is gone from it) and ends with ``new_input``."""
+    (rec,) = sim.requests("/v1/responses")
+    sent = texts(rec)
+    assert sent[0] == SUMMARY_HEADER + SUMMARY and sent[-1] == new_input
+    assert not any(LONG in text for text in sent)
 
 
 def test_the_root_compacts_and_the_tree_goes_on(
@@ -107,14 +100,8 @@ def test_the_root_compacts_and_the_tree_goes_on(
         Reply("A is 1."),
     )
     sim.push_for(ALPHA, Reply("A is 1."))
-    response = tree_client.beta.responses.create(
-        model=MODEL,
-        instructions=INSTRUCTIONS,
-        previous_response_id=first.id,
-        input="what next?",
-        multi_agent=MULTI,
-        betas=BETAS,
-        context_management=COMPACT,
+    response = create_tree(
+        tree_client, "what next?", previous_response_id=first.id, context_management=COMPACT
     )
     assert response.status == "completed"
     output = dumped(response)
@@ -151,32 +138,18 @@ def test_the_root_compacts_and_the_tree_goes_on(
     # A continuation's window starts at the compaction item: the report is gone from it.
     sim.state.clear_recordings()
     sim.push_for(ROOT, Reply("then invoice"))
-    after = tree_client.beta.responses.create(
-        model=MODEL,
-        instructions=INSTRUCTIONS,
-        previous_response_id=response.id,
-        input="and then?",
-        multi_agent=MULTI,
-        betas=BETAS,
-        context_management=COMPACT,
+    after = create_tree(
+        tree_client, "and then?", previous_response_id=response.id, context_management=COMPACT
     )
     assert after.status == "completed"
     assert [item.type for item in after.output] == ["message"]
-    (rec,) = sim.requests("/v1/responses")
-    sent = texts(rec)
-    assert sent[0] == SUMMARY_HEADER + SUMMARY and sent[-1] == "and then?"
-    assert not any(LONG in text for text in sent)
+    starts_at_the_summary(sim, "and then?")
 
 
 def test_a_subagent_compacts_on_its_own(
     tree_client: OpenAI, tree_server: RunningServer, sim: SimServer
 ) -> None:
-    sim.push_for(
-        ROOT,
-        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Find A."})]),
-        ToolCalls([Call("wait_agent", {})]),
-        Reply("A is 1."),
-    )
+    root_delegates(sim, "Find A.", "A is 1.")
     # The subagent's own round grows its prompt past the threshold (a long argument only
     # it sees), so only it compacts.
     sim.push_for(
@@ -185,15 +158,7 @@ def test_a_subagent_compacts_on_its_own(
         Reply(SUMMARY),
         Reply("A is 1."),
     )
-    stream = tree_client.beta.responses.create(
-        model=MODEL,
-        instructions=INSTRUCTIONS,
-        input=QUESTION,
-        multi_agent=MULTI,
-        betas=BETAS,
-        context_management=COMPACT,
-        stream=True,
-    )
+    stream = create_tree(tree_client, context_management=COMPACT, stream=True)
     events = [event.model_dump(exclude_none=True) for event in stream]
     terminal = events[-1]
     assert terminal["type"] == "response.completed"
@@ -221,24 +186,25 @@ def test_a_subagent_compacts_on_its_own(
     assert texts(answer)[0] == SUMMARY_HEADER + SUMMARY
     assert answer.json["input"][1]["call_id"] == answer.json["input"][2]["call_id"] == "call_list"
     # The subagent's answer reached its parent.
-    waited = [
-        item
-        for item in output
-        if item["type"] == "multi_agent_call_output" and item["action"] == "wait_agent"
-    ]
-    agents = json.loads(waited[0]["output"][0]["text"])["agents"]
+    (waited,) = action_results(output, "wait_agent")
+    agents = waited["agents"]
     assert [(a["agent_name"], a["final_answer"]) for a in agents] == [(ALPHA, "A is 1.")]
     assert agent_rounds(tree_server, terminal["response"]["id"]) == {ROOT: 3, ALPHA: 3}
 
     # Its own response stores the item after what it saw: continued with
     # context_management, its window starts there.
-    spawned = [
-        item
-        for item in output
-        if item["type"] == "multi_agent_call_output" and item["action"] == "spawn_agent"
-    ]
-    own_id = json.loads(spawned[0]["output"][0]["text"])["response_id"]
-    assert tree_client.responses.retrieve(own_id).status == "completed"
+    own_id = spawned_ids(output)[ALPHA]
+    own = tree_client.responses.retrieve(own_id)
+    assert own.status == "completed"
+    # Its response lists the compaction among what it produced, as a single-agent
+    # response lists its own (without the tree's agent attribution).
+    own_output = dumped(own)
+    assert [item["type"] for item in own_output] == ["function_call", "compaction", "message"]
+    shown = {key: value for key, value in compaction.items() if key != "agent"}
+    assert own_output[1] == shown
+    replayed = list(tree_client.responses.retrieve(own_id, stream=True))
+    assert replayed[-1].type == "response.completed"
+    assert dumped(replayed[-1].response) == own_output
     sim.state.clear_recordings()
     sim.push(Reply("B is 2."))
     after = tree_client.responses.create(
@@ -249,24 +215,14 @@ def test_a_subagent_compacts_on_its_own(
         context_management=COMPACT,
     )
     assert after.status == "completed" and after.output_text == "B is 2."
-    (rec,) = sim.requests("/v1/responses")
-    sent = texts(rec)
-    assert sent[0] == SUMMARY_HEADER + SUMMARY and sent[-1] == "and B?"
-    assert not any(LONG in text for text in sent)
+    starts_at_the_summary(sim, "and B?")
 
 
 def test_a_tree_below_the_threshold_is_unchanged(
     tree_client: OpenAI, tree_server: RunningServer, sim: SimServer
 ) -> None:
     script_two_helpers(sim)
-    response = tree_client.beta.responses.create(
-        model=MODEL,
-        instructions=INSTRUCTIONS,
-        input=QUESTION,
-        multi_agent=MULTI,
-        betas=BETAS,
-        context_management=NEVER,
-    )
+    response = create_tree(tree_client, context_management=NEVER)
     assert response.status == "completed"
     output = dumped(response)
     assert "compaction" not in [item["type"] for item in output]

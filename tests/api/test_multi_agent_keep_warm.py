@@ -28,7 +28,7 @@ from tests.api.test_keep_warm import (
     kv_simulator,
     words,
 )
-from tests.api.test_multi_agent_tree import ALPHA, ROOT, by_agent, create_tree
+from tests.support.multi_agent import ALPHA, ROOT, by_agent, create_tree
 from tests.support.tenants import create_tenant
 from tests.support.waiting import eventually
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls

@@ -23,24 +23,23 @@ from openai.types.responses.tool_param import Mcp
 from agentic_api.mcp.client import load_sdk
 from agentic_api.turns.kinds.multi_agent.actions import NAMES
 from tests.api.test_bad_input import count_responses
-from tests.api.test_multi_agent_tree import ALPHA, BETAS, MODEL, MULTI, ROOT, by_agent
-from tests.conftest import RunningServer, app_server, make_database
+from tests.conftest import RunningServer, make_database
 from tests.support.databases import drop_pg_database
-from tests.support.mcp_server import McpTestServer, start_mcp_server
+from tests.support.mcp_server import McpTestServer, mcp_server_fixtures
+from tests.support.multi_agent import (
+    ALPHA,
+    BETAS,
+    MODEL,
+    MULTI,
+    ROOT,
+    by_agent,
+    events_of,
+    tree_app,
+)
 from tests.support.tenants import TenantKeys, create_tenant
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
-
-@pytest.fixture(scope="module")
-def mcp_server() -> Iterator[McpTestServer]:
-    server = start_mcp_server()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_mcp_calls(mcp_server: McpTestServer) -> None:
-    mcp_server.reset()
+mcp_server, _fresh_mcp_calls = mcp_server_fixtures()
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +51,12 @@ def tree_server(
     url, pg_name = make_database(backend, tmp_path_factory.mktemp("tree-mcp-db"))
     asyncio.run(load_sdk())
     try:
-        with app_server(
+        with tree_app(
             backend,
             url,
             sim.url,
             tmp_path_factory.mktemp("tree-mcp"),
             mcp_allow_loopback=True,
-            router_agentic_context=True,
             multi_agent_max_depth=1,
         ) as running:
             yield running
@@ -136,8 +134,9 @@ def test_every_agent_calls_the_requests_mcp_tools(
         kinds = [e["type"] for e in events]
         assert [e["sequence_number"] for e in events] == list(range(len(events)))
         assert "response.mcp_list_tools.completed" in kinds
-        done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
-        assert done == final["output"]
+        # An mcp_call is done once it has run, after items announced later: by index.
+        done = [e for e in events if e["type"] == "response.output_item.done"]
+        assert {e["output_index"]: e["item"] for e in done} == dict(enumerate(final["output"]))
     else:
         response = create_tree(client, tools)
         final = response.model_dump(exclude_none=True)
@@ -184,6 +183,60 @@ def test_every_agent_calls_the_requests_mcp_tools(
 
     stored = client.beta.responses.retrieve(final["id"], betas=BETAS)
     assert stored.model_dump(exclude_none=True)["output"] == output
+
+
+def test_a_streamed_mcp_call_has_the_tool_loops_events(
+    client: OpenAI, sim: SimServer, mcp_server: McpTestServer
+) -> None:
+    """Each agent's call is announced (in_progress, with its arguments) before the gateway
+    runs it and settled after (completed or failed), at one output index, with its agent's
+    name, as the single-agent tool loop streams it."""
+    sim.push_for(
+        ROOT,
+        ToolCalls(
+            [
+                Call("spawn_agent", {"task_name": "alpha", "message": "Try the failing tool."}),
+                Call("tools__add", {"a": 2, "b": 3}, call_id="c_add"),
+            ]
+        ),
+        ToolCalls([Call("wait_agent", {})]),
+        Reply("5; alpha's tool failed."),
+    )
+    sim.push_for(
+        ALPHA,
+        ToolCalls([Call("tools__fail", {"reason": "nope"}, call_id="c_fail")]),
+        Reply("It failed."),
+    )
+    tools = [mcp_tool(mcp_server.url, allowed_tools=["add", "fail"])]
+    events = [e.model_dump(exclude_none=True) for e in create_tree(client, tools, stream=True)]
+    assert events[-1]["type"] == "response.completed"
+    output = events[-1]["response"]["output"]
+    calls = {item["name"]: item for item in output if item["type"] == "mcp_call"}
+    assert set(calls) == {"add", "fail"}
+    for name, agent, outcome in (("add", ROOT, "completed"), ("fail", ALPHA, "failed")):
+        call = calls[name]
+        assert call["agent"] == {"agent_name": agent} and call["status"] == outcome
+        index = output.index(call)
+        seen = events_of(events, call["id"])
+        assert [e["type"] for e in seen] == [
+            "response.output_item.added",
+            "response.mcp_call.in_progress",
+            "response.mcp_call_arguments.done",
+            f"response.mcp_call.{outcome}",
+            "response.output_item.done",
+        ]
+        assert all(e["output_index"] == index for e in seen)
+        announced = seen[0]["item"]
+        assert announced["status"] == "in_progress" and announced["agent"] == call["agent"]
+        assert announced["arguments"] == seen[2]["arguments"] == call["arguments"]
+        assert "output" not in announced and "error" not in announced
+        assert seen[-1]["item"] == call
+    assert calls["add"]["output"] == "5.0"
+    assert "nope" in calls["fail"]["error"]["content"][0]["text"]
+    # Announced where its round made it: before the spawn's result and the subagent's
+    # items, though it was settled after some of them.
+    spawned = next(i for i in output if i["type"] == "multi_agent_call_output")
+    assert output.index(calls["add"]) < output.index(spawned)
 
 
 def test_a_tool_that_needs_approval_is_refused_before_anything_runs(

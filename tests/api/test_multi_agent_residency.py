@@ -13,11 +13,19 @@ from typing import Any
 
 import pytest
 
-from tests.api.test_multi_agent_branches import spawned_ids
-from tests.api.test_multi_agent_tree import ALPHA, BETA, by_agent, create_tree, script_two_helpers
 from tests.api.test_residency_api import wait_for
-from tests.conftest import RunningServer, app_server
+from tests.conftest import RunningServer
 from tests.support.admin_api import AdminApi
+from tests.support.multi_agent import (
+    ALPHA,
+    BETA,
+    by_agent,
+    create_tree,
+    dumped,
+    script_two_helpers,
+    spawned_ids,
+    tree_app,
+)
 from tests.support.tenants import create_tenant
 from tests.upstream_sim import SimServer
 
@@ -40,14 +48,8 @@ def kv_tree_server(
     backend: str, db_url: str, kv_sim: SimServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
     endpoints = {f"ma-{backend}": kv_sim.config.kv_events_endpoint}
-    with app_server(
-        backend,
-        db_url,
-        kv_sim.url,
-        tmp_path_factory.mktemp("kv-tree"),
-        router_agentic_context=True,
-        kv_events_endpoints=endpoints,
-    ) as running:
+    data_dir = tmp_path_factory.mktemp("kv-tree")
+    with tree_app(backend, db_url, kv_sim.url, data_dir, kv_events_endpoints=endpoints) as running:
         yield running
 
 
@@ -57,9 +59,8 @@ def test_a_subagents_response_shows_its_own_branch_resident(
     client = kv_tree_server.client(create_tenant(kv_tree_server.db_url), timeout=30)
     script_two_helpers(kv_sim)
     root = create_tree(client)
-    ids = spawned_ids(root)
-    admin = AdminApi(kv_tree_server.url, kv_tree_server.db_url)
-    try:
+    ids = spawned_ids(dumped(root))
+    with AdminApi(kv_tree_server.url, kv_tree_server.db_url) as admin:
         for name in (ALPHA, BETA):
             last = by_agent(kv_sim)[name][-1]
 
@@ -71,5 +72,3 @@ def test_a_subagents_response_shows_its_own_branch_resident(
             assert branch["tokens"] == (last.prompt_tokens or 0) + (last.output_tokens or 0)
             # Every full block the simulator still holds of the subagent's own tokens.
             assert branch["resident_tokens"] >= kv_sim.config.block_size
-    finally:
-        admin.close()

@@ -4,26 +4,45 @@ rest of the tree goes on; the client answers with ``response.inject`` and gets
 ``response.inject.created`` in the response's stream, or ``response.inject.failed`` with
 its input back for a response that has ended or never ran here. Then the Agents SDK's
 hosted multi-agent model (``OpenAIHostedMultiAgentModel``) end to end, its function tool
-answered by ``response.inject``. Every frame is checked with the SDK's beta types."""
+answered by ``response.inject``. An inject is checked like every frame: once the key is
+revoked or its tenant disabled, it is refused, the connection ends and nothing reaches
+the waiting agent. Every frame is checked with the SDK's beta types."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+import time
 from typing import Any
 
+import httpx
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.extensions.experimental.hosted_multi_agent import OpenAIHostedMultiAgentModel
 from openai import AsyncOpenAI, OpenAI
 
-from tests.api.test_multi_agent_tree import ALPHA, ROOT, by_agent
-from tests.conftest import RunningServer, app_server
+from tests.api.test_websocket_admin import (
+    admin_client,
+    assert_credentials_refused,
+    ok,
+    revoke_only_key,
+)
+from tests.conftest import RunningServer
+from tests.support.multi_agent import (
+    ALPHA,
+    MODEL,
+    ROOT,
+    action_results,
+    by_agent,
+    dumped,
+    root_delegates,
+    tree_server_fixture,
+)
+from tests.support.sql import scalar
 from tests.support.tenants import TenantKeys, create_tenant
+from tests.support.websocket import open_socket
 from tests.upstream_sim import Call, Reply, SimServer, ToolCalls
 
-MODEL = "sim-model"
 BETA = "responses_multi_agent=v1"
 HEADERS = {"OpenAI-Beta": BETA}
 MULTI: Any = {"enabled": True}
@@ -35,14 +54,7 @@ LOOKUP: Any = {
 }
 
 
-@pytest.fixture(scope="module")
-def socket_server(
-    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningServer]:
-    with app_server(
-        backend, db_url, sim.url, tmp_path_factory.mktemp("socket"), router_agentic_context=True
-    ) as running:
-        yield running
+socket_server = tree_server_fixture("socket_server")
 
 
 @pytest.fixture
@@ -53,12 +65,7 @@ def keys(socket_server: RunningServer) -> TenantKeys:
 def test_a_subagent_waits_for_an_injected_tool_output(
     socket_server: RunningServer, keys: TenantKeys, sim: SimServer
 ) -> None:
-    sim.push_for(
-        ROOT,
-        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Look A up."})]),
-        ToolCalls([Call("wait_agent", {})]),
-        Reply("A is 42."),
-    )
+    root_delegates(sim, "Look A up.", "A is 42.")
     sim.push_for(
         ALPHA,
         ToolCalls([Call("lookup", {"key": "A"}, call_id="call_lookup_a")]),
@@ -117,13 +124,8 @@ def test_a_subagent_waits_for_an_injected_tool_output(
     assert last["type"] == "function_call_output" and last["output"] == "42"
     final = events[-1].response
     assert final.output[-1].type == "message"
-    waited = next(
-        item
-        for item in final.output
-        if item.type == "multi_agent_call_output" and item.action == "wait_agent"
-    )
-    result = json.loads(waited.output[0].text)
-    assert result["agents"][0]["final_answer"] == "A is 42."
+    (waited,) = action_results(dumped(final), "wait_agent")
+    assert waited["agents"][0]["final_answer"] == "A is 42."
 
 
 def test_an_injection_nobody_waits_for_is_an_error(
@@ -174,12 +176,7 @@ def test_the_agents_sdk_hosted_model_end_to_end(
         looked_up.append(key)
         return "42"
 
-    sim.push_for(
-        ROOT,
-        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Look A up."})]),
-        ToolCalls([Call("wait_agent", {})]),
-        Reply("A is 42."),
-    )
+    root_delegates(sim, "Look A up.", "A is 42.")
     sim.push_for(ALPHA, ToolCalls([Call("lookup", {"key": "A"})]), Reply("The value of A is 42."))
 
     async def run() -> Any:
@@ -218,3 +215,73 @@ def test_multi_agent_needs_the_beta_header_on_the_socket(
         error = connection.recv()
     assert error.type == "error"
     assert sim.requests("/v1/responses") == []
+
+
+# -- credentials, checked on every frame ---------------------------------------------------
+
+# Long enough for a tree's first round, short enough that a tree left waiting for a client
+# that can no longer answer ends within the test.
+WAIT_SECONDS = 4.0
+
+
+waiting_server = tree_server_fixture("waiting_server", multi_agent_max_seconds=WAIT_SECONDS)
+
+
+def revoke(admin: httpx.Client, tenant: TenantKeys) -> None:
+    revoke_only_key(admin, tenant)
+
+
+def disable(admin: httpx.Client, tenant: TenantKeys) -> None:
+    ok(admin.post(f"/tenants/{tenant.id}/disable"))
+
+
+@pytest.mark.parametrize("admin_acts", [revoke, disable], ids=["key_revoked", "tenant_disabled"])
+def test_an_inject_after_the_admin_acted_is_refused_and_injects_nothing(
+    waiting_server: RunningServer, sim: SimServer, admin_acts: Any
+) -> None:
+    """The root waits for the client's lookup; meanwhile the admin revokes the key (or
+    disables the tenant). The client's ``response.inject`` is then refused as a
+    ``response.create`` would be (a 401 ``error`` frame, close code 1008): the output never
+    reaches the root, whose tree runs out of time without another round."""
+    tenant = create_tenant(waiting_server.db_url)
+    sim.push_for(ROOT, ToolCalls([Call("lookup", {"key": "A"}, call_id="call_a")]), Reply("42."))
+    with (
+        admin_client(waiting_server) as admin,
+        open_socket(waiting_server, tenant, HEADERS) as socket,
+    ):
+        create = {"model": MODEL, "input": "What is A?", "tools": [LOOKUP], "multi_agent": MULTI}
+        socket.send(json.dumps({"type": "response.create", **create}))
+        response_id = None
+        while True:
+            event = json.loads(socket.recv(timeout=20))
+            assert event["type"] not in ("response.completed", "response.failed"), event
+            if event["type"] == "response.created":
+                response_id = event["response"]["id"]
+            if event["type"] == "response.output_item.done" and event["item"]["type"] == (
+                "function_call"
+            ):
+                break
+        assert response_id is not None
+        admin_acts(admin, tenant)
+        answer = {"type": "function_call_output", "call_id": "call_a", "output": "42"}
+        socket.send(
+            json.dumps({"type": "response.inject", "response_id": response_id, "input": [answer]})
+        )
+        # No response.inject.created first: the refusal is the next frame.
+        assert_credentials_refused(socket, json.loads(socket.recv(timeout=10)))
+    # Nothing was injected: the root never had another round, and its tree ended on its
+    # time limit (stored failed, as the client's leaving lets it finish).
+    deadline = time.monotonic() + WAIT_SECONDS + 10
+    status = None
+    while status not in ("failed", "completed") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = scalar(
+            waiting_server.db_url, "SELECT status FROM responses WHERE id = :id", id=response_id
+        )
+    assert status == "failed"
+    error = scalar(
+        waiting_server.db_url, "SELECT error FROM responses WHERE id = :id", id=response_id
+    )
+    assert "multi_agent_time_limit" in str(error)
+    assert len(by_agent(sim)[ROOT]) == 1
+    assert all("call_a" not in json.dumps(rec.json["input"][-1]) for rec in by_agent(sim)[ROOT])

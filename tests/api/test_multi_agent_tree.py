@@ -14,7 +14,6 @@ and background alike; limits answered to the model; cancel stopping the tree.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,34 +21,31 @@ from typing import Any
 import pytest
 from openai import BadRequestError, InternalServerError, OpenAI
 
-from tests.conftest import RunningServer, app_server, running_server
-from tests.support.admin_api import AdminApi
+from tests.conftest import RunningServer, running_server
 from tests.support.console import cells, log_in, number
+from tests.support.multi_agent import (
+    ALPHA,
+    BETA,
+    BETAS,
+    MODEL,
+    MULTI,
+    ROOT,
+    action_results,
+    agent_accounts,
+    by_agent,
+    check_tree,
+    create_tree,
+    dumped,
+    finished,
+    root_delegates,
+    script_two_helpers,
+    tree_server_fixture,
+)
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 from tests.upstream_sim import Call, Hang, Reply, SimServer, ToolCalls
-from tests.upstream_sim.state import RecordedRequest, agent_of
+from tests.upstream_sim.state import agent_of
 
-MODEL = "sim-model"
-BETAS: Any = ["responses_multi_agent=v1"]
-MULTI: Any = {"enabled": True, "max_concurrent_subagents": 2}
-ROOT, ALPHA, BETA = "/root", "/root/alpha", "/root/beta"
-INSTRUCTIONS = "You lead a small team. Split the work, wait for it, then answer in one line."
-QUESTION = "What are the values of A and B? Ask one helper for each and report both."
-
-
-@pytest.fixture(scope="module")
-def tree_server(
-    backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningServer]:
-    with app_server(
-        backend,
-        db_url,
-        sim.url,
-        tmp_path_factory.mktemp("tree"),
-        router_agentic_context=True,
-        multi_agent_max_depth=1,
-    ) as running:
-        yield running
+tree_server = tree_server_fixture("tree_server", multi_agent_max_depth=1)
 
 
 @pytest.fixture
@@ -58,109 +54,13 @@ def tree_client(tree_server: RunningServer) -> Iterator[OpenAI]:
     yield tree_server.client(tenant, timeout=30)
 
 
-def script_two_helpers(sim: SimServer) -> None:
-    sim.push_for(
-        ROOT,
-        ToolCalls(
-            [
-                Call("spawn_agent", {"task_name": "alpha", "message": "Find A."}),
-                Call("spawn_agent", {"task_name": "beta", "message": "Find B."}),
-            ]
-        ),
-        ToolCalls([Call("wait_agent", {})]),
-        Reply("A is 1 and B is 2."),
-    )
-    sim.push_for(ALPHA, Reply("A is 1."))
-    sim.push_for(BETA, Reply("B is 2."))
-
-
-def create_tree(client: OpenAI, **kwargs: Any) -> Any:
-    return client.beta.responses.create(
-        model=MODEL,
-        instructions=INSTRUCTIONS,
-        input=QUESTION,
-        multi_agent=MULTI,
-        betas=BETAS,
-        **kwargs,
-    )
-
-
-def by_agent(sim: SimServer) -> dict[str, list[RecordedRequest]]:
-    found: dict[str, list[RecordedRequest]] = {}
-    for rec in sim.requests("/v1/responses"):
-        found.setdefault(agent_of(rec.json) or "?", []).append(rec)
-    return found
-
-
-def check_tree(output: list[dict[str, Any]], sim: SimServer) -> None:
-    """The tree's output and upstream requests, as the module describes them."""
-    assert all(item["agent"]["agent_name"] in (ROOT, ALPHA, BETA) for item in output)
-    calls = [i for i in output if i["type"] == "multi_agent_call"]
-    assert [(c["action"], c["agent"]["agent_name"]) for c in calls] == [
-        ("spawn_agent", ROOT),
-        ("spawn_agent", ROOT),
-        ("wait_agent", ROOT),
-    ]
-    results = {i["call_id"]: i for i in output if i["type"] == "multi_agent_call_output"}
-    assert set(results) == {c["call_id"] for c in calls}
-    spawned = [json.loads(results[c["call_id"]]["output"][0]["text"]) for c in calls[:2]]
-    assert [s["agent_name"] for s in spawned] == [ALPHA, BETA]
-    waited = json.loads(results[calls[2]["call_id"]]["output"][0]["text"])
-    answers = {a["agent_name"]: (a["status"], a["final_answer"]) for a in waited["agents"]}
-    assert answers == {ALPHA: ("completed", "A is 1."), BETA: ("completed", "B is 2.")}
-    messages = [
-        (i["author"], i["recipient"], i["content"][0]["text"])
-        for i in output
-        if i["type"] == "agent_message"
-    ]
-    assert (ROOT, ALPHA, "Find A.") in messages and (ROOT, BETA, "Find B.") in messages
-    assert (ALPHA, ROOT, "A is 1.") in messages and (BETA, ROOT, "B is 2.") in messages
-    final = output[-1]
-    assert final["type"] == "message" and final["agent"]["agent_name"] == ROOT
-    assert final["phase"] == "final_answer"
-    assert final["content"][0]["text"] == "A is 1 and B is 2."
-
-    requests = by_agent(sim)
-    assert {name: len(recs) for name, recs in requests.items()} == {ROOT: 3, ALPHA: 1, BETA: 1}
-    everyone = [rec for recs in requests.values() for rec in recs]
-    sessions = {rec.headers.get("x-session-id") for rec in everyone}
-    assert len(sessions) == 1 and None not in sessions
-    assert {rec.json.get("session_id") for rec in everyone} == sessions
-    contexts = [json.loads(rec.json["vllm_xargs"]["agentic_context"]) for rec in everyone]
-    assert len({c["program_id"] for c in contexts}) == 1
-    session = next(iter(sessions))
-    assert {c["agent_id"]: c["task_id"] for c in contexts} == {
-        name: f"{session}{name}" for name in (ROOT, ALPHA, BETA)
-    }
-    first_root = requests[ROOT][0]
-    block = sim.config.block_size
-    assert first_root.prompt_tokens is not None
-    expected = first_root.prompt_tokens // block * block
-    assert expected > 0
-    firsts = sorted((requests[name][0] for name in (ALPHA, BETA)), key=lambda rec: rec.index)
-    # Every full block of the parent's prompt is reused by the first child to arrive:
-    # measured == expected (the second may also reuse its sibling's first task block).
-    assert firsts[0].cached_tokens == expected
-    assert (firsts[1].cached_tokens or 0) >= expected
-    for name in (ALPHA, BETA):
-        child = requests[name][0]
-        # Same instructions and tools, then the parent's history, then the task.
-        for key in ("instructions", "tools", "cache_salt"):
-            assert child.json[key] == first_root.json[key]
-        parent_input = first_root.json["input"]
-        assert child.json["input"][: len(parent_input)] == parent_input
-        assert len(child.json["input"]) == len(parent_input) + 1
-        assert "Find" in child.json["input"][-1]["content"][0]["text"]
-
-
 def test_a_tree_answers_as_json(
     tree_client: OpenAI, tree_server: RunningServer, sim: SimServer
 ) -> None:
     script_two_helpers(sim)
     response = create_tree(tree_client)
     assert response.status == "completed"
-    output = [item.model_dump(exclude_none=True) for item in response.output]
-    check_tree(output, sim)
+    check_tree(dumped(response), sim)
     # Every agent's rounds are counted.
     recs = sim.requests("/v1/responses")
     assert response.usage is not None
@@ -174,12 +74,7 @@ def check_agent_accounts(server: RunningServer, response_id: str, sim: SimServer
     """Each agent's token account, stored with the response, as the admin API shows it:
     its rounds as the simulator answered them, and each subagent's first request's reuse
     against its parent's prefix (the first child to arrive: every full block)."""
-    admin = AdminApi(server.url, server.db_url)
-    try:
-        accounts = admin.get(f"/responses/{response_id}/agents")
-    finally:
-        admin.close()
-    agents = {agent["agent_name"]: agent for agent in accounts["agents"]}
+    agents = agent_accounts(server, response_id)
     requests = by_agent(sim)
     assert set(agents) == set(requests) == {ROOT, ALPHA, BETA}
     for name, recs in requests.items():
@@ -225,14 +120,9 @@ def test_a_tree_streams(tree_client: OpenAI, sim: SimServer) -> None:
 
 def test_a_background_tree_completes(tree_client: OpenAI, sim: SimServer) -> None:
     script_two_helpers(sim)
-    queued = create_tree(tree_client, background=True)
-    deadline = time.monotonic() + 20
-    found = queued
-    while found.status in ("queued", "in_progress") and time.monotonic() < deadline:
-        time.sleep(0.1)
-        found = tree_client.beta.responses.retrieve(queued.id, betas=BETAS)
+    found = finished(tree_client, create_tree(tree_client, background=True))
     assert found.status == "completed"
-    check_tree([item.model_dump(exclude_none=True) for item in found.output], sim)
+    check_tree(dumped(found), sim)
 
 
 def test_limits_are_answered_to_the_model(tree_client: OpenAI, sim: SimServer) -> None:
@@ -271,11 +161,7 @@ def test_limits_are_answered_to_the_model(tree_client: OpenAI, sim: SimServer) -
 
 
 def test_cancel_stops_the_whole_tree(tree_client: OpenAI, sim: SimServer, tmp_path: Path) -> None:
-    sim.push_for(
-        ROOT,
-        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Think forever."})]),
-        ToolCalls([Call("wait_agent", {})]),
-    )
+    root_delegates(sim, "Think forever.", None)
     sim.push_for(ALPHA, Hang())
     queued = create_tree(tree_client, background=True)
     assert sim.wait_for(lambda: len(by_agent(sim).get(ALPHA, [])) == 1, timeout=20)
@@ -404,12 +290,7 @@ def tight_client(fresh_db: str, sim: SimServer, tmp_path: Path) -> Iterator[Open
 
 
 def test_an_agent_past_its_rounds_ends_errored(tight_client: OpenAI, sim: SimServer) -> None:
-    sim.push_for(
-        ROOT,
-        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Loop."})]),
-        ToolCalls([Call("wait_agent", {})]),
-        Reply("alpha gave up"),
-    )
+    root_delegates(sim, "Loop.", "alpha gave up")
     sim.push_for(
         ALPHA,
         ToolCalls([Call("list_agents", {})]),
@@ -418,23 +299,15 @@ def test_an_agent_past_its_rounds_ends_errored(tight_client: OpenAI, sim: SimSer
     )
     response = create_tree(tight_client)
     assert response.status == "completed"
-    waited = next(
-        item
-        for item in response.output
-        if item.type == "multi_agent_call_output" and item.action == "wait_agent"
-    )
-    alpha = json.loads(waited.output[0].text)["agents"][0]
+    (waited,) = action_results(dumped(response), "wait_agent")
+    alpha = waited["agents"][0]
     assert alpha["status"] == "errored"
     assert "AGENTIC_MULTI_AGENT_MAX_ROUNDS" in alpha["error"]
     assert len(by_agent(sim)[ALPHA]) == 2
 
 
 def test_a_tree_past_its_wall_time_fails(tight_client: OpenAI, sim: SimServer) -> None:
-    sim.push_for(
-        ROOT,
-        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Take forever."})]),
-        ToolCalls([Call("wait_agent", {})]),
-    )
+    root_delegates(sim, "Take forever.", None)
     sim.push_for(ALPHA, Hang())
     with pytest.raises(InternalServerError) as failed:
         create_tree(tight_client)

@@ -73,8 +73,12 @@ def revoke_only_key(admin: httpx.Client, tenant: TenantKeys) -> None:
 
 
 def assert_closed_for_credentials(socket: Connection, model: str) -> None:
-    frame = refused(socket, model, input="after the admin acted")
-    assert frame["status"] == 401
+    assert_credentials_refused(socket, refused(socket, model, input="after the admin acted"))
+
+
+def assert_credentials_refused(socket: Connection, frame: dict[str, Any]) -> None:
+    """``frame`` refuses the connection's key, and the server closes the connection."""
+    assert frame["type"] == "error" and frame["status"] == 401, frame
     assert frame["error"]["type"] == "invalid_request_error"
     assert frame["error"]["code"] == "invalid_api_key"
     assert "no longer accepted" in frame["error"]["message"]

@@ -144,13 +144,19 @@ async def test_deleting_a_root_marks_its_subagents_and_drops_what_served_them(
         assert await ResponseRepository(session).mark_deleted(tenant, ROOT) is None
 
 
-async def test_retention_prunes_a_tree_whole(db: Database) -> None:
+async def _old_tree(db: Database) -> str:
+    """A tenant with an old tree, which retention chooses by its root: its subagents are
+    never chosen alone, they go with it."""
     tenant = await _tenant(db)
     await _tree(db, tenant)
     async with db.read() as session:
-        chosen = await RetentionRepository(session).old_responses(CUTOFF, 10)
-    # Its subagents are never chosen alone: they go with it.
-    assert chosen == [ROOT]
+        assert await RetentionRepository(session).old_responses(CUTOFF, 10) == [ROOT]
+    return tenant
+
+
+async def test_retention_prunes_a_tree_whole(db: Database) -> None:
+    await _old_tree(db)
+    chosen = [ROOT]
     async with db.write() as session:
         assert await RetentionRepository(session).delete_responses(chosen) == 3
     for table, column in (
@@ -164,11 +170,8 @@ async def test_retention_prunes_a_tree_whole(db: Database) -> None:
 
 
 async def test_a_continued_subagent_keeps_its_whole_tree(db: Database) -> None:
-    tenant = await _tenant(db)
-    await _tree(db, tenant)
-    async with db.read() as session:
-        chosen = await RetentionRepository(session).old_responses(CUTOFF, 10)
-    assert chosen == [ROOT]
+    tenant = await _old_tree(db)
+    chosen = [ROOT]
     # A continuation of a subagent commits between the choice and the deletion.
     await _add(db, _response(tenant, "resp_more", parent=BETA, created_at=NOW))
     async with db.write() as session:

@@ -48,3 +48,9 @@ class AdminApi:
 
     def close(self) -> None:
         self.http.close()
+
+    def __enter__(self) -> AdminApi:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

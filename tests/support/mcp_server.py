@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
@@ -112,3 +114,21 @@ def start_mcp_server() -> McpTestServer:
     state.url = f"{running.url}/mcp"
     state._thread_server = running
     return state
+
+
+def mcp_server_fixtures() -> tuple[Any, Any]:
+    """For a test module: ``mcp_server`` (started once for the module) and an autouse
+    fixture that forgets its recorded calls before each test. Assign both at module level
+    (``mcp_server, _fresh_mcp_calls = mcp_server_fixtures()``)."""
+
+    @pytest.fixture(scope="module", name="mcp_server")
+    def running() -> Iterator[McpTestServer]:
+        server = start_mcp_server()
+        yield server
+        server.stop()
+
+    @pytest.fixture(autouse=True, name="_fresh_mcp_calls")
+    def fresh(mcp_server: McpTestServer) -> None:
+        mcp_server.reset()
+
+    return running, fresh

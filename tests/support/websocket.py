@@ -19,10 +19,12 @@ def ws_url(server: RunningServer) -> str:
     return server.url.replace("http://", "ws://") + "/v1/responses"
 
 
-def open_socket(server: RunningServer, tenant: TenantKeys) -> ClientConnection:
+def open_socket(
+    server: RunningServer, tenant: TenantKeys, headers: dict[str, str] | None = None
+) -> ClientConnection:
     return connect(
         ws_url(server),
-        additional_headers={"authorization": f"Bearer {tenant.api_key}"},
+        additional_headers={"authorization": f"Bearer {tenant.api_key}", **(headers or {})},
         open_timeout=10,
     )
 

@@ -4,10 +4,11 @@ Client frames are ``response.create`` (the create body, streamed implicitly); ea
 ``stream_id`` names a lane whose requests run one at a time, in order. Server frames are
 the SSE events, with ``stream_id`` echoed. Unknown client frame types are ignored.
 
-The handshake's key is authenticated again for every ``response.create``, through the
-same key memo as HTTP (``KEY_MEMO_SECONDS``), so the admin's revocation, disable and
-salt rotation reach an open connection within that bound: a refused key ends the
-connection (an ``error`` frame, then close code 1008); a new salt is the next turn's.
+The handshake's key is authenticated again for every ``response.create`` and
+``response.inject``, through the same key memo as HTTP (``KEY_MEMO_SECONDS``), so the
+admin's revocation, disable and salt rotation reach an open connection within that bound:
+a refused key ends the connection (an ``error`` frame, then close code 1008) and nothing
+it asked is done (an inject delivers nothing); a new salt is the next turn's.
 """
 
 from __future__ import annotations
@@ -268,6 +269,14 @@ async def _inject(session: Session, frame: dict[str, Any]) -> None:
     response not running here, ``response.inject.failed`` with the input back."""
     response_id, items = frame.get("response_id"), frame.get("input")
     stream_id = frame.get("stream_id") if isinstance(frame.get("stream_id"), str) else None
+    # Who is asking first, as for response.create: a multi-agent response may wait for a
+    # client for a long time, and what a key no longer accepted sends must not reach it.
+    try:
+        await _current_tenant(session)
+    except CredentialsRefused as refused:
+        await session.send_error(refused.error, stream_id)
+        await session.close(CLOSE_CREDENTIALS_REFUSED, "credentials no longer accepted")
+        return
     if not isinstance(response_id, str) or not isinstance(items, list):
         await session.send_error(
             InvalidRequest(

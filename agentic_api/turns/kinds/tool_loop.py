@@ -221,13 +221,7 @@ class ToolLoop:
                 continue
             planned.output_index = index = len(state.output)
             state.output.append(_call_item(planned, "in_progress"))
-            self._send(
-                [
-                    wire.item_added(index, state.output[-1]),
-                    wire.progress_event("mcp_call.in_progress", index, planned.client_id),
-                    wire.arguments_done(index, planned.client_id, planned.arguments),
-                ]
-            )
+            self._send(wire.call_started_events(index, state.output[-1]))
             approved.append(planned)
         await self._run_calls(toolbox, state, approved)
 
@@ -345,13 +339,7 @@ class ToolLoop:
             call = PlannedCall(tool, item, index, client_id)
             state.output.append(_call_item(call, "in_progress"))
             if not gateway_events.announced(index):
-                self._send(
-                    [
-                        wire.item_added(index, state.output[-1]),
-                        wire.progress_event("mcp_call.in_progress", index, client_id),
-                        wire.arguments_done(index, client_id, call.arguments),
-                    ]
-                )
+                self._send(wire.call_started_events(index, state.output[-1]))
             planned.append(call)
         return planned, approvals, client_calls
 
@@ -375,16 +363,10 @@ class ToolLoop:
                 failed=outcome.failed,
                 seconds=round(outcome.seconds, 3),
             )
-            item = _call_item(call, "failed" if outcome.failed else "completed", outcome)
+            item = _call_item(call, outcome.status, outcome)
             state.output[call.output_index] = item
             state.model_output.append(_call_output(call.call, outcome.model_text()))
-            done = "mcp_call.failed" if outcome.failed else "mcp_call.completed"
-            self._send(
-                [
-                    wire.progress_event(done, call.output_index, call.client_id),
-                    wire.item_done(call.output_index, item),
-                ]
-            )
+            self._send(wire.call_finished_events(call.output_index, item))
 
     def _skip_calls(self, state: LoopState, calls: list[PlannedCall], reason: str | None) -> None:
         """Calls past a limit: not run; the model is told so (its history stays a
@@ -398,7 +380,7 @@ class ToolLoop:
             item = _call_item(call, "incomplete")
             state.output[call.output_index] = item
             state.model_output.append(_call_output(call.call, f"Not run: {note}."))
-            self._send([wire.item_done(call.output_index, item)])
+            self._send(wire.call_finished_events(call.output_index, item))
 
     def _finish(
         self, state: LoopState, status: str, incomplete_details: dict[str, Any] | None
@@ -416,15 +398,30 @@ class ToolLoop:
 def _call_item(
     call: PlannedCall, status: str, outcome: CallOutcome | None = None
 ) -> dict[str, Any]:
+    return mcp_call_item(
+        call.client_id, call.tool, call.arguments, status, outcome, call.approval_request_id
+    )
+
+
+def mcp_call_item(
+    client_id: str,
+    tool: GatewayTool,
+    arguments: str,
+    status: str,
+    outcome: CallOutcome | None = None,
+    approval_request_id: str | None = None,
+) -> dict[str, Any]:
+    """The ``mcp_call`` item the client sees of a gateway call (here and in a multi-agent
+    tree, ``multi_agent/gateway.py``): ``outcome`` once it ran."""
     return wire.call_item(
-        call.client_id,
-        server_label=call.tool.server.server_label,
-        name=call.tool.tool.name,
-        arguments=call.arguments,
+        client_id,
+        server_label=tool.server.server_label,
+        name=tool.tool.name,
+        arguments=arguments,
         status=status,
         output=outcome.output if outcome else None,
         error=outcome.error if outcome else None,
-        approval_request_id=call.approval_request_id,
+        approval_request_id=approval_request_id,
     )
 
 

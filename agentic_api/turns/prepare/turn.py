@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentic_api import tracing
 from agentic_api.errors import InvalidRequest
@@ -40,6 +41,7 @@ from agentic_api.turns.prepare.summary_request import (
 )
 from agentic_api.wire.conversations import check_unique_ids
 from agentic_api.wire.items import Item, normalize_input, to_item
+from agentic_api.wire.multi_agent_tools import TOOLS as ACTION_TOOLS
 from agentic_api.wire.reasoning_context import sent_items
 from agentic_api.wire.requests import CreateResponseRequest
 from agentic_api.wire.response_object import base_response
@@ -98,7 +100,7 @@ async def prepare_turn(
     fingerprint = ExecutionFingerprint.build(
         model=request.model,
         instructions=request.instructions,
-        tools=request.tools,
+        tools=fingerprinted_tools(request),
         tool_choice=request.tool_choice,
         parallel_tool_calls=request.parallel_tool_calls,
         text=request.text,
@@ -153,6 +155,17 @@ async def prepare_turn(
         compacts=compacts,
         tags=tags,
     )
+
+
+def fingerprinted_tools(request: CreateResponseRequest) -> list[dict[str, Any]] | None:
+    """The tools the turn's model is shown before the history, as far as the request
+    decides them: a multi-agent turn's every agent also sees the six actions
+    (``wire/multi_agent_tools.py``). Without them in the fingerprint, a plain continuation
+    of a tree's response (or a tree continuing a plain one) would lose its cache in the
+    tools block with no fingerprint change to explain it."""
+    if not request.runs_agents:
+        return request.tools
+    return [*(request.tools or ()), *ACTION_TOOLS]
 
 
 def _without_secrets(

@@ -55,8 +55,9 @@ from agentic_api.wire.response_object import finish_response
 from lineage import prefix_digest
 
 # The items of an agent's own rounds that a Response's ``output`` shows (its action
-# results are inputs of its next round, as for any function call).
-_SHOWN = frozenset({"message", "reasoning", "function_call"})
+# results are inputs of its next round, as for any function call), its compaction items
+# included, as a single-agent response lists the compaction it made.
+_SHOWN = frozenset({"message", "reasoning", "function_call", "compaction"})
 
 _STATUS = {"completed": "completed", "errored": "failed", "interrupted": "cancelled"}
 

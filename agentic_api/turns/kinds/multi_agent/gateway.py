@@ -5,8 +5,10 @@ round (a refused host is a 400, an unreachable server a 424, as in the tool loop
 their tools are shown to every agent's model as function tools (``<server_label>__<tool>``,
 ``mcp/catalog.py``) beside the client's own and the six actions. The client sees one
 ``mcp_list_tools`` item per server (the root's), and an ``mcp_call`` item for each call an
-agent made, with that agent's name; the agent's model sees its ``function_call`` and a
-``function_call_output`` with the result, as in the tool loop.
+agent made, with that agent's name, streamed as the tool loop streams it (announced
+``in_progress`` with its arguments before it runs, then completed or failed: ``shown.py``);
+the agent's model sees its ``function_call`` and a ``function_call_output`` with the
+result, as in the tool loop.
 
 Approval: a tree does not pause for it (an agent cannot wait on a client over HTTP), so an
 MCP tool that would need approval is refused (400) before anything runs, never run
@@ -28,7 +30,7 @@ from agentic_api.mcp.catalog import GatewayTool, ToolCatalog
 from agentic_api.mcp.client import CallOutcome, McpLimits
 from agentic_api.mcp.specs import is_mcp
 from agentic_api.mcp.toolbox import McpToolbox
-from agentic_api.turns.kinds.tool_loop import check_mcp_hosts
+from agentic_api.turns.kinds.tool_loop import check_mcp_hosts, mcp_call_item
 from agentic_api.turns.runner.in_progress import TurnInProgress
 from agentic_api.wire import mcp as wire
 from agentic_api.wire.multi_agent import ROOT_AGENT, attributed
@@ -39,25 +41,41 @@ log = get_logger("agentic_api.turns.multi_agent")
 
 @dataclass(frozen=True)
 class GatewayCall:
-    """A call an agent's round made of an MCP tool."""
+    """A call an agent's round made of an MCP tool; ``client_id`` its ``mcp_call`` item's
+    id (derived from the model's call item's, as in the tool loop)."""
 
     tool: GatewayTool
     call: dict[str, Any]
+    client_id: str
+
+    @classmethod
+    def of(cls, tool: GatewayTool, call: dict[str, Any]) -> GatewayCall:
+        derived = wire.derived_id(str(call.get("id")), IdKind.MCP_CALL)
+        return cls(tool, call, derived or mint_id(IdKind.MCP_CALL))
 
     @property
     def arguments(self) -> str:
         value = self.call.get("arguments")
         return value if isinstance(value, str) else ""
 
+    def shown(
+        self, agent_name: str, status: str, outcome: CallOutcome | None = None
+    ) -> dict[str, Any]:
+        """Its ``mcp_call`` item, attributed to ``agent_name``."""
+        item = mcp_call_item(self.client_id, self.tool, self.arguments, status, outcome)
+        return attributed(item, agent_name)
+
 
 class TreeTools:
     def __init__(self, run: TurnInProgress, toolbox: McpToolbox, catalog: ToolCatalog) -> None:
         self.run, self.toolbox, self.catalog = run, toolbox, catalog
 
-    def lookup(self, item: dict[str, Any]) -> GatewayTool | None:
+    def lookup(self, item: dict[str, Any]) -> GatewayCall | None:
+        """``item`` as a call of an MCP tool, or None when it is not one."""
         if item.get("type") != "function_call":
             return None
-        return self.catalog.lookup(str(item.get("name")))
+        tool = self.catalog.lookup(str(item.get("name")))
+        return None if tool is None else GatewayCall.of(tool, item)
 
     def listings(self) -> list[dict[str, Any]]:
         """One ``mcp_list_tools`` item per server, as the root's."""
@@ -94,13 +112,8 @@ class TreeTools:
                 failed=outcome.failed,
                 seconds=round(outcome.seconds, 3),
             )
-            results.append((outcome.model_text(), _shown(call, outcome, agent_name)))
+            results.append((outcome.model_text(), call.shown(agent_name, outcome.status, outcome)))
         return results
-
-    @staticmethod
-    def not_run(call: GatewayCall, agent_name: str) -> dict[str, Any]:
-        """The ``mcp_call`` of a call not run (its round was cut off)."""
-        return _shown(call, None, agent_name)
 
 
 async def open_tree_tools(run: TurnInProgress) -> TreeTools | None:
@@ -136,20 +149,3 @@ async def open_tree_tools(run: TurnInProgress) -> TreeTools | None:
                     code="unsupported_parameter",
                 )
     return TreeTools(run, toolbox, catalog)
-
-
-def _shown(call: GatewayCall, outcome: CallOutcome | None, agent_name: str) -> dict[str, Any]:
-    item_id = str(call.call.get("id"))
-    status = "incomplete" if outcome is None else "failed" if outcome.failed else "completed"
-    return attributed(
-        wire.call_item(
-            wire.derived_id(item_id, IdKind.MCP_CALL) or mint_id(IdKind.MCP_CALL),
-            server_label=call.tool.server.server_label,
-            name=call.tool.tool.name,
-            arguments=call.arguments,
-            status=status,
-            output=outcome.output if outcome else None,
-            error=outcome.error if outcome else None,
-        ),
-        agent_name,
-    )

@@ -5,8 +5,9 @@ request. Its answer's items join the agent's items (what it sees next) and are s
 the client with the agent's name: a call of one of the six actions as a
 ``multi_agent_call`` (the tree does it at once and the result joins the agent's items as a
 ``function_call_output``, shown as ``multi_agent_call_output``), a call of one of the
-request's MCP tools as an ``mcp_call`` once the gateway ran it (``gateway.py``; its output
-joins the agent's items the same way), anything else as it is. With ``context_management``
+request's MCP tools as an ``mcp_call``, announced where the round made it and settled once
+the gateway ran it (``gateway.py``, ``shown.py``; its output joins the agent's items the
+same way), anything else as it is. With ``context_management``
 an agent past the threshold compacts before its round (``compacting.py``).
 The loop ends when a round asks for no action: the agent's answer is final. A call of a
 client function ends the root's response (the client answers it by continuing, as for any
@@ -135,17 +136,21 @@ class AgentLoop:
         tools = self.tools
         gateway: dict[int, GatewayCall] = {}
         for index, item in enumerate(items):
-            tool = None if tools is None or item in actions else tools.lookup(item)
-            if tool is not None:
-                gateway[index] = GatewayCall(tool, item)
+            planned = None if tools is None or item in actions else tools.lookup(item)
+            if planned is not None:
+                gateway[index] = planned
         final = not actions and not gateway
         client_call = False
         waits: list[str] = []
         injections = self.run.injections
+        # Where each MCP call is shown: announced here, settled once it has run (below).
+        shown_at: dict[int, int] = {}
         for index, item in enumerate(items):
             agent.items.append(to_item(item))
             if index in gateway:
-                # Shown once it has run (below), as an mcp_call.
+                shown_at[index] = self.tree.shown.start_call(
+                    gateway[index].shown(agent.name, "in_progress")
+                )
                 continue
             if item in actions:
                 self.tree.publish(
@@ -178,11 +183,11 @@ class AgentLoop:
             call_id = str(call.get("call_id"))
             if index in gateway:
                 if cut:
-                    result, shown = NOT_RUN, TreeTools.not_run(gateway[index], agent.name)
+                    result, shown = NOT_RUN, gateway[index].shown(agent.name, "incomplete")
                 else:
                     result, shown = next(ran)
                 agent.items.append(_output(call_id, result))
-                self.tree.publish(shown)
+                self.tree.shown.finish_call(shown_at[index], shown)
                 continue
             if call not in actions:
                 continue

@@ -39,6 +39,7 @@ from agentic_api.turns.kinds.multi_agent.actions import (
     parse,
     resolve,
 )
+from agentic_api.turns.kinds.multi_agent.shown import TreeOutput
 from agentic_api.turns.runner.relay import StreamRelay
 from agentic_api.upstream.token_fields import ReportedTokens
 from agentic_api.wire.items import Item, to_item
@@ -130,14 +131,14 @@ class TreeLimit(Exception):
 
 
 class Tree:
-    """``publish`` shows an item to the client (attributed already); ``start`` runs an
-    agent's loop as a task of the tree."""
+    """``shown`` is what the client sees (``publish`` shows an item, attributed
+    already); ``start`` runs an agent's loop as a task of the tree."""
 
     def __init__(
         self,
         settings: Settings,
         max_concurrent: int,
-        publish: Callable[[dict[str, Any]], None],
+        shown: TreeOutput,
         block_size: int | None = None,
     ) -> None:
         self.settings = settings
@@ -145,7 +146,8 @@ class Tree:
         self.block_size = block_size
         # Every agent's rounds, in the order they were answered (stored with the response).
         self.rounds: list[AgentRound] = []
-        self.publish = publish
+        self.shown = shown
+        self.publish = shown.publish
         self.slots = asyncio.Semaphore(max_concurrent)
         self.agents: dict[str, Agent] = {}
         self.spawned = 0

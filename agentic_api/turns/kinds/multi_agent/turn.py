@@ -33,11 +33,11 @@ from agentic_api.storage.agent_rounds import AgentRoundRepository
 from agentic_api.storage.models import Response
 from agentic_api.turns.data.commit_steps import CommitHooks
 from agentic_api.turns.data.token_plan import TOKEN_IDS_FIELD
-from agentic_api.turns.kinds.multi_agent.actions import TOOLS
 from agentic_api.turns.kinds.multi_agent.branches import store_subagents
 from agentic_api.turns.kinds.multi_agent.compacting import Compactor, start_window
 from agentic_api.turns.kinds.multi_agent.gateway import open_tree_tools
 from agentic_api.turns.kinds.multi_agent.loop import AgentLoop
+from agentic_api.turns.kinds.multi_agent.shown import TreeOutput
 from agentic_api.turns.kinds.multi_agent.tree import Agent, Tree
 from agentic_api.turns.kinds.multi_agent.waits import WaitsKeptWarm
 from agentic_api.turns.prepare.render import (
@@ -49,23 +49,18 @@ from agentic_api.turns.prepare.summary_request import compact_threshold
 from agentic_api.turns.runner.finish import Completion, Ending
 from agentic_api.turns.runner.in_progress import TurnInProgress
 from agentic_api.turns.runner.relay import StreamRelay
-from agentic_api.wire.mcp import item_added, item_done, list_tools_events
+from agentic_api.wire.mcp import list_tools_events
 from agentic_api.wire.multi_agent import DEFAULT_MAX_CONCURRENT_SUBAGENTS, ROOT_AGENT
+from agentic_api.wire.multi_agent_tools import TOOLS
 
 
 async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
     turn, settings = run.turn, run.services.settings
     config = turn.request.multi_agent
     max_concurrent = config.max_concurrent_subagents if config else DEFAULT_MAX_CONCURRENT_SUBAGENTS
-    output: list[dict[str, Any]] = []
-
-    def publish(item: dict[str, Any]) -> None:
-        index = len(output)
-        output.append(item)
-        run.emit(run.relay.stamp(item_added(index, item)))
-        run.emit(run.relay.stamp(item_done(index, item)))
-
-    tree = Tree(settings, max_concurrent, publish, run.tokens.block_size if run.tokens else None)
+    shown = TreeOutput(lambda event: run.emit(run.relay.stamp(event)))
+    output = shown.items
+    tree = Tree(settings, max_concurrent, shown, run.tokens.block_size if run.tokens else None)
     # The request's MCP servers, listed before anything runs (their refusals are the
     # request's); the client sees the listings right after the response opens.
     tools = await open_tree_tools(run)
