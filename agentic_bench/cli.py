@@ -8,9 +8,10 @@ import json
 import os
 import platform
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -49,6 +50,14 @@ ApiKeysOption = Annotated[
 ]
 ModelOption = Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")]
 OutOption = Annotated[Path, typer.Option(help="Output folder.")]
+TenantKeysOption = Annotated[
+    list[str] | None, typer.Option(help="API key; repeat for several tenants (cycled).")
+]
+BlockSizeOption = Annotated[int, typer.Option(min=1, help="The upstream's KV block size.")]
+ReplicaHeaderOption = Annotated[
+    list[str] | None, typer.Option(help="Response header naming the serving replica.")
+]
+AnyTarget = TypeVar("AnyTarget", Target, StreamTarget)
 
 
 def _pairs(values: list[str], what: str) -> dict[str, str]:
@@ -85,6 +94,48 @@ def _machine() -> dict[str, Any]:
     return machine
 
 
+def _one_target(
+    url: str, stateful: bool, api_keys: list[str] | None, replica_headers: list[str] | None
+) -> Target:
+    # The first key answers /v1/models; each pair or agent then sends its own tenant's key.
+    return Target(
+        "target",
+        url,
+        stateful=stateful,
+        api_key=api_keys[0] if api_keys else None,
+        replica_headers=tuple(h.lower() for h in replica_headers or REPLICA_HEADERS),
+    )
+
+
+def _named_targets(
+    make: type[AnyTarget], targets: list[str], api_keys: list[str], direct: str | None
+) -> tuple[list[AnyTarget], str]:
+    """The compared targets (NAME=URL, stateful, each with its NAME=KEY key), the direct
+    upstream first when given; and the baseline's name."""
+    urls = _pairs(targets, "--target")
+    keys = _pairs(api_keys, "--api-key")
+    unknown = set(keys) - set(urls)
+    if unknown:
+        raise typer.BadParameter(f"--api-key for unknown targets: {sorted(unknown)}")
+    named = [make(n, u, stateful=True, api_key=keys.get(n)) for n, u in urls.items()]
+    if direct:
+        named.insert(0, make("direct", direct, stateful=False))
+    if not named:
+        raise typer.BadParameter("give at least one --target or --direct")
+    return named, "direct" if direct else named[0].name
+
+
+def _load_after(meta: dict[str, Any]) -> None:
+    # Beside the load average taken before the run: did other work load the machine?
+    if hasattr(os, "getloadavg"):
+        meta["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
+
+
+def _echo_written(paths: Iterable[Path]) -> None:
+    for path in paths:
+        typer.echo(f"wrote {path}")
+
+
 def _run(work: Any) -> Any:
     try:
         return asyncio.run(work)
@@ -99,9 +150,7 @@ def continuations(
     direct: Annotated[
         bool, typer.Option("--direct", help="URL is a raw upstream: carry history, no store.")
     ] = False,
-    api_key: Annotated[
-        list[str] | None, typer.Option(help="API key; repeat for several tenants (cycled).")
-    ] = None,
+    api_key: TenantKeysOption = None,
     salt: Annotated[
         list[str] | None, typer.Option(help="cache_salt for --direct; repeat to cycle.")
     ] = None,
@@ -111,11 +160,9 @@ def continuations(
     followup_words: Annotated[int, typer.Option(min=1)] = 40,
     max_output_tokens: Annotated[int, typer.Option(min=1)] = 16,
     temperature: float = 0.0,
-    block_size: Annotated[int, typer.Option(min=1, help="The upstream's KV block size.")] = 32,
+    block_size: BlockSizeOption = 32,
     concurrency: Annotated[int, typer.Option(min=1, help="Pairs in flight at once.")] = 1,
-    replica_header: Annotated[
-        list[str] | None, typer.Option(help="Response header naming the serving replica.")
-    ] = None,
+    replica_header: ReplicaHeaderOption = None,
     admin_key: Annotated[
         str | None,
         typer.Option(help="Our server's admin key: add each continuation's token account."),
@@ -125,14 +172,7 @@ def continuations(
 ) -> None:
     """Cold turn + continuation pairs: hit ratio vs the block-aligned ideal and the
     token-exact ideal, latency; with --admin-key, lost tokens by cause."""
-    target = Target(
-        "target",
-        url,
-        stateful=not direct,
-        # The first key answers /v1/models; each pair sends its own tenant's key.
-        api_key=api_key[0] if api_key else None,
-        replica_headers=tuple(h.lower() for h in replica_header or REPLICA_HEADERS),
-    )
+    target = _one_target(url, not direct, api_key, replica_header)
 
     async def work() -> tuple[list[dict[str, Any]], ContinuationConfig]:
         try:
@@ -167,8 +207,7 @@ def continuations(
         "machine": _machine(),
         "summary": summarize(rows, config),
     }
-    for path in write_continuations(out, name, rows, result):
-        typer.echo(f"wrote {path}")
+    _echo_written(write_continuations(out, name, rows, result))
     typer.echo(json.dumps(result["summary"], indent=2, default=str))
 
 
@@ -194,15 +233,7 @@ def overhead(
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "overhead",
 ) -> None:
     """Per-turn latency direct vs through Responses servers, at several depths."""
-    urls = _pairs(target, "--target")
-    keys = _pairs(api_key or [], "--api-key")
-    unknown = set(keys) - set(urls)
-    if unknown:
-        raise typer.BadParameter(f"--api-key for unknown targets: {sorted(unknown)}")
-    targets = [Target(n, u, stateful=True, api_key=keys.get(n)) for n, u in urls.items()]
-    if direct:
-        targets.insert(0, Target("direct", direct, stateful=False))
-    baseline = "direct" if direct else targets[0].name
+    targets, baseline = _named_targets(Target, target, api_key or [], direct)
     pids = _pids(pid or [], [t.name for t in targets])
     depth_list = [int(d) for d in depths.split(",") if d.strip()]
     if not depth_list or min(depth_list) < 1:
@@ -239,10 +270,8 @@ def overhead(
         "max_output_tokens": max_output_tokens,
         "machine": machine,
     }
-    if hasattr(os, "getloadavg"):
-        meta["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
-    for path in write_overhead(out, name, rows, chains, meta, baseline):
-        typer.echo(f"wrote {path}")
+    _load_after(meta)
+    _echo_written(write_overhead(out, name, rows, chains, meta, baseline))
     for row in rows:
         typer.echo(
             f"{row['target']:>10} depth {row['depth']:>4}: p50 {row['p50_s'] * 1000:8.2f} ms  "
@@ -292,18 +321,8 @@ def streaming(
     """Concurrent streamed turns direct vs through Responses servers: TTFB, TTFT, tail,
     delivered deltas/s, server CPU per 1,000 events. Exits 1 if any stream failed (after
     writing every file)."""
-    urls = _pairs(target or [], "--target")
-    keys = _pairs(api_key or [], "--api-key")
-    unknown = set(keys) - set(urls)
-    if unknown:
-        raise typer.BadParameter(f"--api-key for unknown targets: {sorted(unknown)}")
-    targets = [StreamTarget(n, u, stateful=True, api_key=keys.get(n)) for n, u in urls.items()]
-    if direct:
-        targets.insert(0, StreamTarget("direct", direct, stateful=False))
-    if not targets:
-        raise typer.BadParameter("give at least one --target or --direct")
+    targets, baseline = _named_targets(StreamTarget, target or [], api_key or [], direct)
     pids = _pids(pid or [], [t.name for t in targets])
-    baseline = "direct" if direct else targets[0].name
 
     async def work() -> tuple[list[Any], StreamingConfig]:
         try:
@@ -337,10 +356,8 @@ def streaming(
         "input_words": input_words,
         "machine": machine,
     }
-    if hasattr(os, "getloadavg"):
-        meta["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
-    for path in write_streaming(out, name, measured, rows, meta):
-        typer.echo(f"wrote {path}")
+    _load_after(meta)
+    _echo_written(write_streaming(out, name, measured, rows, meta))
     typer.echo(streaming_table(rows, baseline))
     failed = stream_failures(measured)
     for target_name, reasons in failed.items():
@@ -360,9 +377,7 @@ def agents(
             "client carries it, store: false: a raw upstream or a router)."
         ),
     ] = "previous_response_id",
-    api_key: Annotated[
-        list[str] | None, typer.Option(help="API key; repeat for several tenants (cycled).")
-    ] = None,
+    api_key: TenantKeysOption = None,
     salt: Annotated[str | None, typer.Option(help="cache_salt sent with --chain history.")] = None,
     model: ModelOption = None,
     agents: Annotated[int, typer.Option("--agents", min=1, help="Agents at once.")] = 4,
@@ -383,7 +398,7 @@ def agents(
     tool_output_words: Annotated[int, typer.Option(min=1)] = 40,
     max_output_tokens: Annotated[int, typer.Option(min=1)] = 32,
     temperature: float = 0.0,
-    block_size: Annotated[int, typer.Option(min=1, help="The upstream's KV block size.")] = 32,
+    block_size: BlockSizeOption = 32,
     seed: int = 0,
     nonce: Annotated[
         str, typer.Option(help="Prefix of the shared prompt: a rerun that must start cold.")
@@ -402,9 +417,7 @@ def agents(
         str | None, typer.Option(help="GET path of a response's token account ({id}).")
     ] = None,
     admin_key: Annotated[str | None, typer.Option(help="Admin key for --account-path.")] = None,
-    replica_header: Annotated[
-        list[str] | None, typer.Option(help="Response header naming the serving replica.")
-    ] = None,
+    replica_header: ReplicaHeaderOption = None,
     label: Annotated[str, typer.Option(help="Name of this run in reports.")] = "",
     out: OutOption = Path("bench-results"),
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "agents",
@@ -449,13 +462,7 @@ def agents(
         raise typer.BadParameter(f"unknown --chain {chain!r}")
     if tool_choice not in ("named", "required", "auto"):
         raise typer.BadParameter(f"unknown --tool-choice {tool_choice!r}")
-    target = Target(
-        "target",
-        url,
-        stateful=chain != "history",
-        api_key=api_key[0] if api_key else None,
-        replica_headers=tuple(h.lower() for h in replica_header or REPLICA_HEADERS),
-    )
+    target = _one_target(url, chain != "history", api_key, replica_header)
     chain_mode: Chain = chain  # type: ignore[assignment]
     choice: ToolChoice = tool_choice  # type: ignore[assignment]
 
@@ -508,8 +515,7 @@ def agents(
         "machine": _machine(),
         "summary": summarize_agents(rows, config),
     }
-    for path in write_run(out, name, rows, result):
-        typer.echo(f"wrote {path}")
+    _echo_written(write_run(out, name, rows, result))
     typer.echo(json.dumps(result["summary"], indent=2, default=str))
 
 
@@ -559,8 +565,7 @@ def agents_report(
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "agents_report",
 ) -> None:
     """One table (markdown, CSV) and one chart over several bench agents runs."""
-    for path in write_report(out, name, runs):
-        typer.echo(f"wrote {path}")
+    _echo_written(write_report(out, name, runs))
     typer.echo((out / f"{name}.md").read_text(encoding="utf-8"))
 
 
