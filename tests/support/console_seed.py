@@ -131,10 +131,21 @@ def _items(tenant_id: str, response_id: str, text: str) -> list[dict[str, Any]]:
     return rows
 
 
-async def _insert(db: Database, table: Any, rows: list[dict[str, Any]]) -> None:
-    for start in range(0, len(rows), _BATCH):
-        async with db.write() as session:
-            await session.execute(insert(table), rows[start : start + _BATCH])
+def _write(db_url: str, *tables: tuple[Any, list[dict[str, Any]]]) -> None:
+    """Inserts each table's rows, in batches, in the order given (a table before the
+    tables whose rows reference it)."""
+
+    async def run() -> None:
+        db = Database.from_url(db_url, pool_size=1)
+        try:
+            for table, rows in tables:
+                for start in range(0, len(rows), _BATCH):
+                    async with db.write() as session:
+                        await session.execute(insert(table), rows[start : start + _BATCH])
+        finally:
+            await db.close()
+
+    asyncio.run(run())
 
 
 def seed_conversations(
@@ -172,16 +183,7 @@ def seed_conversations(
                 "head_response_id": parent,
             }
         )
-
-    async def run() -> None:
-        db = Database.from_url(db_url, pool_size=1)
-        try:
-            await _insert(db, Conversation, conversations)
-            await _insert(db, Response, responses)
-        finally:
-            await db.close()
-
-    asyncio.run(run())
+    _write(db_url, (Conversation, conversations), (Response, responses))
     return [str(row["id"]) for row in conversations]
 
 
@@ -205,14 +207,5 @@ def seed_chain(
         responses.append(row)
         items.extend(_items(tenant_id, row["id"], f"turn {turn} of the long session"))
         parent = row["id"]
-
-    async def run() -> None:
-        db = Database.from_url(db_url, pool_size=1)
-        try:
-            await _insert(db, Response, responses)
-            await _insert(db, ResponseItem, items)
-        finally:
-            await db.close()
-
-    asyncio.run(run())
+    _write(db_url, (Response, responses), (ResponseItem, items))
     return SeededChain(session_id, [str(row["id"]) for row in responses])
