@@ -8,7 +8,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -58,6 +58,7 @@ ReplicaHeaderOption = Annotated[
     list[str] | None, typer.Option(help="Response header naming the serving replica.")
 ]
 AnyTarget = TypeVar("AnyTarget", Target, StreamTarget)
+T = TypeVar("T")
 
 
 def _pairs(values: list[str], what: str) -> dict[str, str]:
@@ -136,6 +137,25 @@ def _echo_written(paths: Iterable[Path]) -> None:
         typer.echo(f"wrote {path}")
 
 
+def _run_on(
+    targets: Sequence[Target | StreamTarget],
+    model: str | None,
+    work: Callable[[str], Awaitable[T]],
+) -> T:
+    """``work`` with the model (given, else the first target's first), the targets closed
+    after it; a BenchError ends the command with exit status 1."""
+
+    async def run() -> T:
+        try:
+            return await work(model or await targets[0].first_model())
+        finally:
+            for target in targets:
+                await target.aclose()
+
+    result: T = _run(run())
+    return result
+
+
 def _run(work: Any) -> Any:
     try:
         return asyncio.run(work)
@@ -174,25 +194,22 @@ def continuations(
     token-exact ideal, latency; with --admin-key, lost tokens by cause."""
     target = _one_target(url, not direct, api_key, replica_header)
 
-    async def work() -> tuple[list[dict[str, Any]], ContinuationConfig]:
-        try:
-            config = ContinuationConfig(
-                model=model or await target.first_model(),
-                pairs=pairs,
-                prompt_words=prompt_words,
-                followup_words=followup_words,
-                max_output_tokens=max_output_tokens,
-                temperature=temperature,
-                block_size=block_size,
-                salts=tuple(salt or ()),
-                api_keys=tuple(api_key) if api_key else (None,),
-                admin_key=admin_key,
-            )
-            return await run_continuations(target, config, concurrency=concurrency), config
-        finally:
-            await target.aclose()
+    async def work(chosen: str) -> tuple[list[dict[str, Any]], ContinuationConfig]:
+        config = ContinuationConfig(
+            model=chosen,
+            pairs=pairs,
+            prompt_words=prompt_words,
+            followup_words=followup_words,
+            max_output_tokens=max_output_tokens,
+            temperature=temperature,
+            block_size=block_size,
+            salts=tuple(salt or ()),
+            api_keys=tuple(api_key) if api_key else (None,),
+            admin_key=admin_key,
+        )
+        return await run_continuations(target, config, concurrency=concurrency), config
 
-    rows, config = _run(work())
+    rows, config = _run_on([target], model, work)
     result = {
         "command": "continuations",
         "url": url,
@@ -239,24 +256,22 @@ def overhead(
     if not depth_list or min(depth_list) < 1:
         raise typer.BadParameter("--depths needs positive integers")
 
-    async def work() -> tuple[list[dict[str, Any]], list[dict[str, Any]], OverheadConfig]:
-        try:
-            config = OverheadConfig(
-                model=model or await targets[0].first_model(),
-                depths=depth_list,
-                probes=probes,
-                concurrency=concurrency,
-                turn_words=turn_words,
-                max_output_tokens=max_output_tokens,
-            )
-            rows, chains = await run_overhead(targets, config, baseline, pids)
-            return rows, chains, config
-        finally:
-            for t in targets:
-                await t.aclose()
+    async def work(
+        chosen: str,
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], OverheadConfig]:
+        config = OverheadConfig(
+            model=chosen,
+            depths=depth_list,
+            probes=probes,
+            concurrency=concurrency,
+            turn_words=turn_words,
+            max_output_tokens=max_output_tokens,
+        )
+        rows, chains = await run_overhead(targets, config, baseline, pids)
+        return rows, chains, config
 
     machine = _machine()  # before the run: its load average is the machine's, not ours
-    rows, chains, config = _run(work())
+    rows, chains, config = _run_on(targets, model, work)
     meta = {
         "command": "overhead",
         "targets": {t.name: t.base_url for t in targets},
@@ -324,23 +339,19 @@ def streaming(
     targets, baseline = _named_targets(StreamTarget, target or [], api_key or [], direct)
     pids = _pids(pid or [], [t.name for t in targets])
 
-    async def work() -> tuple[list[Any], StreamingConfig]:
-        try:
-            config = StreamingConfig(
-                model=model or await targets[0].first_model(),
-                streams=streams,
-                rounds=rounds,
-                output_tokens=output_tokens,
-                input_words=input_words,
-                warmup_rounds=warmup_rounds,
-            )
-            return list(await run_streaming(targets, config, pids)), config
-        finally:
-            for t in targets:
-                await t.aclose()
+    async def work(chosen: str) -> tuple[list[Any], StreamingConfig]:
+        config = StreamingConfig(
+            model=chosen,
+            streams=streams,
+            rounds=rounds,
+            output_tokens=output_tokens,
+            input_words=input_words,
+            warmup_rounds=warmup_rounds,
+        )
+        return list(await run_streaming(targets, config, pids)), config
 
     machine = _machine()  # before the run: its load average is the machine's, not ours
-    measured, config = _run(work())
+    measured, config = _run_on(targets, model, work)
     rows = summarize_streaming(measured, config, baseline)
     meta = {
         "command": "streaming",
@@ -466,41 +477,38 @@ def agents(
     chain_mode: Chain = chain  # type: ignore[assignment]
     choice: ToolChoice = tool_choice  # type: ignore[assignment]
 
-    async def work() -> tuple[list[dict[str, Any]], AgentsConfig]:
-        try:
-            config = AgentsConfig(
-                model=model or await target.first_model(),
-                agents=agents,
-                turns=turns,
-                chain=chain_mode,
-                stream=stream,
-                tool_seconds=tool_seconds,
-                think_seconds=think_seconds,
-                jitter=jitter,
-                ramp_seconds=ramp_seconds,
-                tool_choice=choice,
-                tools=tools,
-                system_words=system_words,
-                task_words=task_words,
-                tool_output_words=tool_output_words,
-                max_output_tokens=max_output_tokens,
-                temperature=temperature,
-                block_size=block_size,
-                seed=seed,
-                nonce=nonce,
-                session_key=session_key,
-                api_keys=tuple(api_key) if api_key else (None,),
-                salt=salt,
-                retries=retries,
-                retry_delay=retry_delay,
-                account_path=account_path,
-                admin_key=admin_key,
-            )
-            return await run_agents(target, config), config
-        finally:
-            await target.aclose()
+    async def work(chosen: str) -> tuple[list[dict[str, Any]], AgentsConfig]:
+        config = AgentsConfig(
+            model=chosen,
+            agents=agents,
+            turns=turns,
+            chain=chain_mode,
+            stream=stream,
+            tool_seconds=tool_seconds,
+            think_seconds=think_seconds,
+            jitter=jitter,
+            ramp_seconds=ramp_seconds,
+            tool_choice=choice,
+            tools=tools,
+            system_words=system_words,
+            task_words=task_words,
+            tool_output_words=tool_output_words,
+            max_output_tokens=max_output_tokens,
+            temperature=temperature,
+            block_size=block_size,
+            seed=seed,
+            nonce=nonce,
+            session_key=session_key,
+            api_keys=tuple(api_key) if api_key else (None,),
+            salt=salt,
+            retries=retries,
+            retry_delay=retry_delay,
+            account_path=account_path,
+            admin_key=admin_key,
+        )
+        return await run_agents(target, config), config
 
-    rows, config = _run(work())
+    rows, config = _run_on([target], model, work)
     result = {
         "command": "agents",
         "label": label or name,
