@@ -15,19 +15,10 @@ from sqlalchemy import insert
 
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Conversation, Response, ResponseItem
-from lineage import ExecutionFingerprint, IdKind, canonical_json, mint_id
+from lineage import IdKind, canonical_json, mint_id
+from tests.support.fingerprints import bare_fingerprint
 
-_FINGERPRINT = ExecutionFingerprint.build(
-    model="sim-model",
-    instructions=None,
-    tools=None,
-    tool_choice=None,
-    parallel_tool_calls=None,
-    text=None,
-    reasoning=None,
-    truncation=None,
-    salt_epoch=1,
-)
+_FINGERPRINT = bare_fingerprint("sim-model")
 _BATCH = 1000
 
 

@@ -18,6 +18,7 @@ from .common import (
     new_id,
     optional_bool,
     optional_int,
+    output_too_large,
     sse_data,
 )
 from .errors import SimHTTPError, error_body, schema_error
@@ -79,9 +80,7 @@ def prepare(
     if isinstance(requested, int) and len(prompt) + requested > limit:
         raise SimHTTPError(
             400,
-            f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This model's "
-            f"maximum context length is {limit} tokens and your request has {len(prompt)} "
-            f"input tokens ({requested} > {limit} - {len(prompt)}).",
+            output_too_large(requested, limit, len(prompt)),
             param="max_tokens",
         )
     max_tokens = requested if isinstance(requested, int) else limit - len(prompt)

@@ -35,7 +35,7 @@ import orjson
 
 from . import tokenizer
 from .behaviors import Behavior
-from .common import cache_salt_shape, check_cache_salt, chunk_text, new_id
+from .common import cache_salt_shape, check_cache_salt, chunk_text, new_id, output_too_large
 from .errors import SimHTTPError, schema_error
 from .exchange import Exchange, Runtime, StreamPlan, open_exchange
 from .generation import Generation, default_reply
@@ -253,9 +253,7 @@ def prepare(
     if len(prompt) + requested > limit:
         raise AnthropicSimError(
             400,
-            f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This model's "
-            f"maximum context length is {limit} tokens and your request has {len(prompt)} "
-            f"input tokens ({requested} > {limit} - {len(prompt)}).",
+            output_too_large(requested, limit, len(prompt)),
         )
     behavior = next_behavior() or default_reply(rendered, config)
     message_id = new_id("chatcmpl-")
