@@ -29,7 +29,7 @@ import hashlib
 import math
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from xml.etree import ElementTree as ET
 
@@ -222,10 +222,7 @@ def _keep_drawing_only(root: ET.Element) -> None:
 def _drop_missing_bars(root: ET.Element, values: Sequence[Sequence[float | None]]) -> None:
     """Stacked bars draw a missing value as a bar of height 0 (its tooltip would say 0):
     removed, so a missing value shows as nothing. (Grouped bars leave them out already.)"""
-    for group in root.iter(f"{{{SVG_NS}}}g"):
-        index = _series_index(group)
-        if index is None or index >= len(values):
-            continue
+    for index, group in _series_groups(root, len(values)):
         for bars in group.findall(f"{{{SVG_NS}}}g[@class='bars']"):
             drawn = bars.findall(f"{{{SVG_NS}}}g[@class='bar']")
             if len(drawn) != len(values[index]):
@@ -235,18 +232,18 @@ def _drop_missing_bars(root: ET.Element, values: Sequence[Sequence[float | None]
                     bars.remove(bar)
 
 
-def _series_index(group: ET.Element) -> int | None:
-    """N of a group of class "series serie-N" (pygal's group of one series' marks)."""
-    match = re.search(r"\bserie-(\d+)\b", group.get("class", ""))
-    return int(match.group(1)) if match is not None else None
+def _series_groups(root: ET.Element, count: int) -> Iterator[tuple[int, ET.Element]]:
+    """Each group of class "series serie-N" (pygal's group of one series' marks) with its
+    N, for the first ``count`` series."""
+    for group in root.iter(f"{{{SVG_NS}}}g"):
+        match = re.search(r"\bserie-(\d+)\b", group.get("class", ""))
+        if match is not None and int(match.group(1)) < count:
+            yield int(match.group(1)), group
 
 
 def _add_point_titles(root: ET.Element, names: Sequence[str]) -> None:
     """A <title> on each point's group ("series: value"), the browser's own tooltip."""
-    for group in root.iter(f"{{{SVG_NS}}}g"):
-        index = _series_index(group)
-        if index is None or index >= len(names):
-            continue
+    for index, group in _series_groups(root, len(names)):
         for point in group.iter(f"{{{SVG_NS}}}g"):
             value = point.find(f"{{{SVG_NS}}}desc[@class='value']")
             if value is not None and point.find(f"{{{SVG_NS}}}title") is None:
