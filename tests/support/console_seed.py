@@ -98,6 +98,33 @@ def _turn(
     }
 
 
+def _chain(
+    tenant_id: str,
+    session_id: str,
+    count: int,
+    first_at: datetime,
+    apart: timedelta,
+    conversation_id: str | None,
+) -> list[dict[str, Any]]:
+    """``count`` turns of one session, ``apart`` from each other, each one's account made
+    against the turn before it."""
+    rows: list[dict[str, Any]] = []
+    for turn in range(count):
+        row = _turn(
+            tenant_id,
+            session_id,
+            at=first_at + turn * apart,
+            turn=turn,
+            parent_id=rows[-1]["id"] if rows else None,
+            conversation_id=conversation_id,
+        )
+        if conversation_id is not None:
+            # Conversation turns are roots; the account still names the previous turn.
+            row["previous_response_id"] = None
+        rows.append(row)
+    return rows
+
+
 def _items(tenant_id: str, response_id: str, text: str) -> list[dict[str, Any]]:
     rows = []
     for position, (role, kind) in enumerate((("input", "user"), ("output", "assistant"))):
@@ -148,20 +175,10 @@ def seed_conversations(
     for index in range(count):
         conversation_id = mint_id(IdKind.CONVERSATION)
         at = start + timedelta(seconds=index)
-        parent = None
-        for turn in range(turns_each):
-            row = _turn(
-                tenant_id,
-                conversation_id,
-                at=at + timedelta(milliseconds=turn),
-                turn=turn,
-                parent_id=parent,
-                conversation_id=conversation_id,
-            )
-            # Conversation turns are roots; the account still names the previous turn.
-            row["previous_response_id"] = None
-            parent = row["id"]
-            responses.append(row)
+        turns = _chain(
+            tenant_id, conversation_id, turns_each, at, timedelta(milliseconds=1), conversation_id
+        )
+        responses.extend(turns)
         conversations.append(
             {
                 "id": conversation_id,
@@ -171,7 +188,7 @@ def seed_conversations(
                 "metadata_": {"agent": f"agent-{index % 7}"},
                 "next_position": 2 * turns_each,
                 "version": turns_each,
-                "head_response_id": parent,
+                "head_response_id": turns[-1]["id"] if turns else None,
             }
         )
     _write(db_url, (Conversation, conversations), (Response, responses))
@@ -184,19 +201,11 @@ def seed_chain(
     """One ``previous_response_id`` chain of ``turns`` turns, each with two items."""
     session_id = f"bench-chain-{mint_id(IdKind.ITEM)}"
     start = (now or datetime.now(UTC)) - timedelta(seconds=turns)
-    responses, items = [], []
-    parent = None
-    for turn in range(turns):
-        row = _turn(
-            tenant_id,
-            session_id,
-            at=start + timedelta(seconds=turn),
-            turn=turn,
-            parent_id=parent,
-            conversation_id=None,
-        )
-        responses.append(row)
-        items.extend(_items(tenant_id, row["id"], f"turn {turn} of the long session"))
-        parent = row["id"]
+    responses = _chain(tenant_id, session_id, turns, start, timedelta(seconds=1), None)
+    items = [
+        item
+        for turn, row in enumerate(responses)
+        for item in _items(tenant_id, row["id"], f"turn {turn} of the long session")
+    ]
     _write(db_url, (Response, responses), (ResponseItem, items))
     return SeededChain(session_id, [str(row["id"]) for row in responses])
