@@ -452,6 +452,14 @@ class Settings(BaseSettings):
         "least loaded unsaturated replica holding at least this share of the best resident "
         "prefix; with none, to the least loaded replica of all.",
     )
+    placement_move_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="With upstream_replicas: a session whose replica (the one holding its "
+        "longest prefix) has no KV room for it moves to the replica with the most room when "
+        "what it would recompute there is less than this share of its tokens (0: never).",
+    )
     placement_probe_seconds: float = Field(
         1.0,
         gt=0,

@@ -12,7 +12,9 @@ The rule, in order:
 
 1. Only healthy replicas are candidates (all of them when every one is ejected: a
    back-off is a guess, and trying is better than refusing the turn).
-2. One replica holds the longest resident leading prefix: it wins (``resident_prefix``).
+2. One replica holds the longest resident leading prefix: it wins (``resident_prefix``),
+   unless it has no *room* for this session (below) while the roomiest replica has, and
+   moving there recomputes less than ``move_share`` of the session (``capacity``).
 3. Several hold the same longest prefix (none at all, or only a prefix other sessions
    share): the replica that served the previous round when it has *room* for this
    session (its KV size minus the other sessions' claims there holds this session's
@@ -81,6 +83,9 @@ class Limits:
     max_kv_usage: float
     # A spill target must hold at least this share of the best replica's resident tokens.
     spill_share: float
+    # A session on a replica with no room for it moves to one with room when what it
+    # would recompute there is less than this share of its tokens.
+    move_share: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +154,9 @@ def place(
     reason: Reason = "resident_prefix" if best_tokens > 0 else "home"
     if len(tied) == 1:
         chosen = tied[0]
+        roomiest = by_name[home]
+        if _worth_moving(chosen, roomiest, demand, limits):
+            chosen, reason = roomiest, "capacity"
     else:
         roomiest = by_name[_home(tied, session_key)]
         chosen = by_name.get(previous or "", roomiest)
@@ -184,6 +192,18 @@ def _home(tied: Sequence[Candidate], session_key: str) -> str:
         spare = {c.name: room for c, room in zip(tied, rooms, strict=True) if room is not None}
     most = max(spare.values())
     return home_of(session_key, [name for name, room in spare.items() if room == most])
+
+
+def _worth_moving(
+    holder: Candidate, roomiest: Candidate, demand: int | None, limits: Limits
+) -> bool:
+    """The replica holding the longest prefix has no room for the session, the roomiest
+    one has, and moving recomputes less than ``move_share`` of the session: there it
+    stays warm, where it is it would be evicted again (a replica back from a restart,
+    say, while the survivor holds only the prefix every session shares)."""
+    if not demand or roomiest is holder or _fits(holder, demand) or not _fits(roomiest, demand):
+        return False
+    return holder.resident_tokens - roomiest.resident_tokens < demand * limits.move_share
 
 
 def _fits(candidate: Candidate, demand: int | None) -> bool:

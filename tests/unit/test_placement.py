@@ -261,11 +261,47 @@ CASES = [
         "capacity",
     ),
     Case(
-        "a unique longest prefix stays put, room or not",
+        "no room where the longest prefix is, but moving recomputes half of it: it stays",
         (
             Candidate("a", 512, ROOMY, committed_tokens=4000),
-            Candidate("b", 256, ROOMY, committed_tokens=0),
+            Candidate("b", 0, ROOMY, committed_tokens=0),
+            Candidate("c", 0, ROOMY, committed_tokens=100),
+        ),
+        "b",
+        "a",
+        "a",
+        "resident_prefix",
+    ),
+    Case(
+        "no room where only a shared prefix is: it moves to the roomiest, once",
+        (
+            Candidate("a", 448, ROOMY, committed_tokens=4000),
+            Candidate("b", 0, ROOMY, committed_tokens=0),
+            Candidate("c", 0, ROOMY, committed_tokens=100),
+        ),
+        "b",
+        "a",
+        "b",
+        "capacity",
+    ),
+    Case(
+        "room where the longest prefix is: it stays however little it holds",
+        (
+            Candidate("a", 64, ROOMY, committed_tokens=2000),
+            Candidate("b", 0, ROOMY, committed_tokens=0),
             Candidate("c", 0, ROOMY, committed_tokens=0),
+        ),
+        "b",
+        "a",
+        "a",
+        "resident_prefix",
+    ),
+    Case(
+        "no room anywhere else: the longest prefix stays",
+        (
+            Candidate("a", 64, ROOMY, committed_tokens=4000),
+            Candidate("b", 0, ROOMY, committed_tokens=3500),
+            Candidate("c", 0, ROOMY, committed_tokens=3600),
         ),
         "b",
         "a",
@@ -429,3 +465,14 @@ def test_claims_are_bounded_by_the_sessions_kept() -> None:
         book.claim(f"s{i}", "a", 100)
     assert book.claim_of("s0") is None
     assert book.committed() == {"a": 200}
+
+
+def test_an_unknown_demand_never_moves_a_session() -> None:
+    candidates = (
+        Candidate("a", 64, ROOMY, committed_tokens=4090),
+        Candidate("b", 0, ROOMY, committed_tokens=0),
+    )
+    assert place(candidates, "s", LIMITS, previous="a").replica == "a"
+    assert place(candidates, "s", LIMITS, previous="a", demand=1000).reason == "capacity"
+    never = Limits(max_waiting=2, max_kv_usage=0.9, spill_share=0.5, move_share=0)
+    assert place(candidates, "s", never, previous="a", demand=1000).replica == "a"

@@ -216,7 +216,8 @@ def create_app(runtime: Runtime) -> ASGIApp:
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
             "# TYPE vllm:cache_config_info gauge\n"
             f'vllm:cache_config_info{{block_size="{config.block_size}",'
-            'cache_dtype="auto",enable_prefix_caching="True",engine="0"} 1.0\n'
+            'cache_dtype="auto",enable_prefix_caching="True",engine="0"'
+            f"{_capacity_label(config)}}} 1.0\n"
         )
         text = (
             (cache_config if config.reports_block_size else "")
@@ -385,6 +386,13 @@ def uvicorn_config(app: ASGIApp, log_level: str = "warning") -> uvicorn.Config:
         # The default 5 s keep-alive is fine; what matters is that clients reuse
         # connections so Disconnect only ever closes the one it means.
     )
+
+
+def _capacity_label(config: SimConfig) -> str:
+    """``num_gpu_blocks`` on the cache-config line, when the simulator reports its size."""
+    if not config.reports_kv_capacity or config.cache_capacity_blocks is None:
+        return ""
+    return f',num_gpu_blocks="{config.cache_capacity_blocks}"'
 
 
 class SimServer:

@@ -41,6 +41,10 @@ class SimConfig:
     # Whether /metrics states the cache config (``vllm:cache_config_info``, its block
     # size): a router in front, or an engine build without it, does not.
     reports_block_size: bool = True
+    # Whether that line also states the cache's size (``num_gpu_blocks``, as vLLM 0.32
+    # does): the capacity ``cache_capacity_blocks`` sets. Off by default, so the
+    # keep-warm tests' capacity bound stays out of their way.
+    reports_kv_capacity: bool = False
     # What /v1/responses reports as ``cache_write_tokens``: the prompt's full blocks it
     # stored (vLLM 0.32-0.34), every uncached prompt token (an engine counting otherwise),
     # or nothing (the field left out).

@@ -265,6 +265,7 @@ class RoundPlacer:
             max_waiting=settings.placement_max_waiting,
             max_kv_usage=settings.placement_max_kv_usage,
             spill_share=settings.placement_spill_share,
+            move_share=settings.placement_move_share,
         )
 
     async def _candidates(self, book: PlacementBook) -> list[Candidate]:
