@@ -4,8 +4,8 @@ console draw the same way, and neither needs a browser library.
 Plain functions: give them series, get back an SVG document (a ``str``):
 
 - ``line_chart``: lines with markers over a numeric x (each series has its own x values);
-- ``bar_chart``: one group of bars per category, one bar per series;
-- ``stacked_bar_chart``: one bar per category, the series stacked in it;
+- ``bar_chart``: one group of bars per category, one bar per series (``stacked``: one bar
+  per category, the series stacked in it);
 - ``stack_vertically``: several of those charts as one SVG, one above the other.
 
 What comes out references nothing outside itself and runs no code: pygal's scripts (its
@@ -29,7 +29,7 @@ import hashlib
 import math
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from xml.etree import ElementTree as ET
 
@@ -88,28 +88,27 @@ def bar_chart(
     categories: Sequence[str],
     series: Mapping[str, Sequence[float | None]],
     *,
+    stacked: bool = False,
     x_title: str = "",
     y_title: str = "",
     y_range: tuple[float, float] | None = None,
     height: int = 360,
 ) -> str:
-    """Grouped bars: along x one group per category, in each one bar per series (a series
-    gives one value per category, in the categories' order)."""
-    return _bars(pygal.Bar, title, categories, series, x_title, y_title, y_range, height)
-
-
-def stacked_bar_chart(
-    title: str,
-    categories: Sequence[str],
-    series: Mapping[str, Sequence[float | None]],
-    *,
-    x_title: str = "",
-    y_title: str = "",
-    y_range: tuple[float, float] | None = None,
-    height: int = 360,
-) -> str:
-    """One bar per category, the series' values stacked in it (first series at the bottom)."""
-    return _bars(pygal.StackedBar, title, categories, series, x_title, y_title, y_range, height)
+    """Along x one place per category; a series gives one value per category, in the
+    categories' order. Grouped: one bar per series in each place; ``stacked``: one bar per
+    category, the series' values stacked in it (first series at the bottom)."""
+    for name, values in series.items():
+        if len(values) != len(categories):
+            raise ValueError(
+                f"series {name!r} has {len(values)} values for {len(categories)} categories"
+            )
+    kind = pygal.StackedBar if stacked else pygal.Bar
+    chart = kind(**_config(title, x_title, y_title, y_range, True, height, len(series)))
+    chart.x_labels = list(categories)
+    cleaned = [[_value(v) for v in given] for given in series.values()]
+    for name, drawn in zip(series, cleaned, strict=True):
+        chart.add(name, drawn)
+    return _render(chart, list(series), cleaned)
 
 
 def stack_vertically(title: str, charts: Sequence[str]) -> str:
@@ -142,29 +141,6 @@ def stack_vertically(title: str, charts: Sequence[str]) -> str:
     root.set("width", str(WIDTH))
     root.set("height", str(y))
     return _serialize(root)
-
-
-def _bars(
-    kind: Callable[..., Any],
-    title: str,
-    categories: Sequence[str],
-    series: Mapping[str, Sequence[float | None]],
-    x_title: str,
-    y_title: str,
-    y_range: tuple[float, float] | None,
-    height: int,
-) -> str:
-    for name, values in series.items():
-        if len(values) != len(categories):
-            raise ValueError(
-                f"series {name!r} has {len(values)} values for {len(categories)} categories"
-            )
-    chart = kind(**_config(title, x_title, y_title, y_range, True, height, len(series)))
-    chart.x_labels = list(categories)
-    cleaned = [[_value(v) for v in given] for given in series.values()]
-    for name, drawn in zip(series, cleaned, strict=True):
-        chart.add(name, drawn)
-    return _render(chart, list(series), cleaned)
 
 
 def _config(
@@ -246,10 +222,7 @@ def _keep_drawing_only(root: ET.Element) -> None:
 def _drop_missing_bars(root: ET.Element, values: Sequence[Sequence[float | None]]) -> None:
     """Stacked bars draw a missing value as a bar of height 0 (its tooltip would say 0):
     removed, so a missing value shows as nothing. (Grouped bars leave them out already.)"""
-    for group in root.iter(f"{{{SVG_NS}}}g"):
-        index = _series_index(group)
-        if index is None or index >= len(values):
-            continue
+    for index, group in _series_groups(root, len(values)):
         for bars in group.findall(f"{{{SVG_NS}}}g[@class='bars']"):
             drawn = bars.findall(f"{{{SVG_NS}}}g[@class='bar']")
             if len(drawn) != len(values[index]):
@@ -259,18 +232,18 @@ def _drop_missing_bars(root: ET.Element, values: Sequence[Sequence[float | None]
                     bars.remove(bar)
 
 
-def _series_index(group: ET.Element) -> int | None:
-    """N of a group of class "series serie-N" (pygal's group of one series' marks)."""
-    match = re.search(r"\bserie-(\d+)\b", group.get("class", ""))
-    return int(match.group(1)) if match is not None else None
+def _series_groups(root: ET.Element, count: int) -> Iterator[tuple[int, ET.Element]]:
+    """Each group of class "series serie-N" (pygal's group of one series' marks) with its
+    N, for the first ``count`` series."""
+    for group in root.iter(f"{{{SVG_NS}}}g"):
+        match = re.search(r"\bserie-(\d+)\b", group.get("class", ""))
+        if match is not None and int(match.group(1)) < count:
+            yield int(match.group(1)), group
 
 
 def _add_point_titles(root: ET.Element, names: Sequence[str]) -> None:
     """A <title> on each point's group ("series: value"), the browser's own tooltip."""
-    for group in root.iter(f"{{{SVG_NS}}}g"):
-        index = _series_index(group)
-        if index is None or index >= len(names):
-            continue
+    for index, group in _series_groups(root, len(names)):
         for point in group.iter(f"{{{SVG_NS}}}g"):
             value = point.find(f"{{{SVG_NS}}}desc[@class='value']")
             if value is not None and point.find(f"{{{SVG_NS}}}title") is None:

@@ -47,38 +47,39 @@ class ApiError(Exception):
         }
 
 
-class InvalidRequest(ApiError):
+class CallerError(ApiError):
+    """A 4xx: the request is at fault, which OpenAI types ``invalid_request_error``."""
+
     status_code = 400
     error_type = "invalid_request_error"
 
 
-class Unauthorized(ApiError):
+class InvalidRequest(CallerError):
+    """400: a field or parameter is malformed or asks for what cannot be."""
+
+
+class Unauthorized(CallerError):
     status_code = 401
-    error_type = "invalid_request_error"
     code = "invalid_api_key"
 
 
-class NotFound(ApiError):
+class NotFound(CallerError):
     status_code = 404
-    error_type = "invalid_request_error"
     code = "not_found"
 
 
-class Conflict(ApiError):
+class Conflict(CallerError):
     status_code = 409
-    error_type = "invalid_request_error"
     code = "conflict"
 
 
-class PayloadTooLarge(ApiError):
+class PayloadTooLarge(CallerError):
     status_code = 413
-    error_type = "invalid_request_error"
     code = "request_too_large"
 
 
-class Unprocessable(ApiError):
+class Unprocessable(CallerError):
     status_code = 422
-    error_type = "invalid_request_error"
 
 
 class UpstreamError(ApiError):

@@ -8,9 +8,10 @@ import json
 import os
 import platform
 import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -49,6 +50,15 @@ ApiKeysOption = Annotated[
 ]
 ModelOption = Annotated[str | None, typer.Option(help="Model; default: first of /v1/models.")]
 OutOption = Annotated[Path, typer.Option(help="Output folder.")]
+TenantKeysOption = Annotated[
+    list[str] | None, typer.Option(help="API key; repeat for several tenants (cycled).")
+]
+BlockSizeOption = Annotated[int, typer.Option(min=1, help="The upstream's KV block size.")]
+ReplicaHeaderOption = Annotated[
+    list[str] | None, typer.Option(help="Response header naming the serving replica.")
+]
+AnyTarget = TypeVar("AnyTarget", Target, StreamTarget)
+T = TypeVar("T")
 
 
 def _pairs(values: list[str], what: str) -> dict[str, str]:
@@ -85,6 +95,67 @@ def _machine() -> dict[str, Any]:
     return machine
 
 
+def _one_target(
+    url: str, stateful: bool, api_keys: list[str] | None, replica_headers: list[str] | None
+) -> Target:
+    # The first key answers /v1/models; each pair or agent then sends its own tenant's key.
+    return Target(
+        "target",
+        url,
+        stateful=stateful,
+        api_key=api_keys[0] if api_keys else None,
+        replica_headers=tuple(h.lower() for h in replica_headers or REPLICA_HEADERS),
+    )
+
+
+def _named_targets(
+    make: type[AnyTarget], targets: list[str], api_keys: list[str], direct: str | None
+) -> tuple[list[AnyTarget], str]:
+    """The compared targets (NAME=URL, stateful, each with its NAME=KEY key), the direct
+    upstream first when given; and the baseline's name."""
+    urls = _pairs(targets, "--target")
+    keys = _pairs(api_keys, "--api-key")
+    unknown = set(keys) - set(urls)
+    if unknown:
+        raise typer.BadParameter(f"--api-key for unknown targets: {sorted(unknown)}")
+    named = [make(n, u, stateful=True, api_key=keys.get(n)) for n, u in urls.items()]
+    if direct:
+        named.insert(0, make("direct", direct, stateful=False))
+    if not named:
+        raise typer.BadParameter("give at least one --target or --direct")
+    return named, "direct" if direct else named[0].name
+
+
+def _load_after(meta: dict[str, Any]) -> None:
+    # Beside the load average taken before the run: did other work load the machine?
+    if hasattr(os, "getloadavg"):
+        meta["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
+
+
+def _echo_written(paths: Iterable[Path]) -> None:
+    for path in paths:
+        typer.echo(f"wrote {path}")
+
+
+def _run_on(
+    targets: Sequence[Target | StreamTarget],
+    model: str | None,
+    work: Callable[[str], Awaitable[T]],
+) -> T:
+    """``work`` with the model (given, else the first target's first), the targets closed
+    after it; a BenchError ends the command with exit status 1."""
+
+    async def run() -> T:
+        try:
+            return await work(model or await targets[0].first_model())
+        finally:
+            for target in targets:
+                await target.aclose()
+
+    result: T = _run(run())
+    return result
+
+
 def _run(work: Any) -> Any:
     try:
         return asyncio.run(work)
@@ -99,9 +170,7 @@ def continuations(
     direct: Annotated[
         bool, typer.Option("--direct", help="URL is a raw upstream: carry history, no store.")
     ] = False,
-    api_key: Annotated[
-        list[str] | None, typer.Option(help="API key; repeat for several tenants (cycled).")
-    ] = None,
+    api_key: TenantKeysOption = None,
     salt: Annotated[
         list[str] | None, typer.Option(help="cache_salt for --direct; repeat to cycle.")
     ] = None,
@@ -111,11 +180,9 @@ def continuations(
     followup_words: Annotated[int, typer.Option(min=1)] = 40,
     max_output_tokens: Annotated[int, typer.Option(min=1)] = 16,
     temperature: float = 0.0,
-    block_size: Annotated[int, typer.Option(min=1, help="The upstream's KV block size.")] = 32,
+    block_size: BlockSizeOption = 32,
     concurrency: Annotated[int, typer.Option(min=1, help="Pairs in flight at once.")] = 1,
-    replica_header: Annotated[
-        list[str] | None, typer.Option(help="Response header naming the serving replica.")
-    ] = None,
+    replica_header: ReplicaHeaderOption = None,
     admin_key: Annotated[
         str | None,
         typer.Option(help="Our server's admin key: add each continuation's token account."),
@@ -125,34 +192,24 @@ def continuations(
 ) -> None:
     """Cold turn + continuation pairs: hit ratio vs the block-aligned ideal and the
     token-exact ideal, latency; with --admin-key, lost tokens by cause."""
-    target = Target(
-        "target",
-        url,
-        stateful=not direct,
-        # The first key answers /v1/models; each pair sends its own tenant's key.
-        api_key=api_key[0] if api_key else None,
-        replica_headers=tuple(h.lower() for h in replica_header or REPLICA_HEADERS),
-    )
+    target = _one_target(url, not direct, api_key, replica_header)
 
-    async def work() -> tuple[list[dict[str, Any]], ContinuationConfig]:
-        try:
-            config = ContinuationConfig(
-                model=model or await target.first_model(),
-                pairs=pairs,
-                prompt_words=prompt_words,
-                followup_words=followup_words,
-                max_output_tokens=max_output_tokens,
-                temperature=temperature,
-                block_size=block_size,
-                salts=tuple(salt or ()),
-                api_keys=tuple(api_key) if api_key else (None,),
-                admin_key=admin_key,
-            )
-            return await run_continuations(target, config, concurrency=concurrency), config
-        finally:
-            await target.aclose()
+    async def work(chosen: str) -> tuple[list[dict[str, Any]], ContinuationConfig]:
+        config = ContinuationConfig(
+            model=chosen,
+            pairs=pairs,
+            prompt_words=prompt_words,
+            followup_words=followup_words,
+            max_output_tokens=max_output_tokens,
+            temperature=temperature,
+            block_size=block_size,
+            salts=tuple(salt or ()),
+            api_keys=tuple(api_key) if api_key else (None,),
+            admin_key=admin_key,
+        )
+        return await run_continuations(target, config, concurrency=concurrency), config
 
-    rows, config = _run(work())
+    rows, config = _run_on([target], model, work)
     result = {
         "command": "continuations",
         "url": url,
@@ -167,8 +224,7 @@ def continuations(
         "machine": _machine(),
         "summary": summarize(rows, config),
     }
-    for path in write_continuations(out, name, rows, result):
-        typer.echo(f"wrote {path}")
+    _echo_written(write_continuations(out, name, rows, result))
     typer.echo(json.dumps(result["summary"], indent=2, default=str))
 
 
@@ -194,38 +250,28 @@ def overhead(
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "overhead",
 ) -> None:
     """Per-turn latency direct vs through Responses servers, at several depths."""
-    urls = _pairs(target, "--target")
-    keys = _pairs(api_key or [], "--api-key")
-    unknown = set(keys) - set(urls)
-    if unknown:
-        raise typer.BadParameter(f"--api-key for unknown targets: {sorted(unknown)}")
-    targets = [Target(n, u, stateful=True, api_key=keys.get(n)) for n, u in urls.items()]
-    if direct:
-        targets.insert(0, Target("direct", direct, stateful=False))
-    baseline = "direct" if direct else targets[0].name
+    targets, baseline = _named_targets(Target, target, api_key or [], direct)
     pids = _pids(pid or [], [t.name for t in targets])
     depth_list = [int(d) for d in depths.split(",") if d.strip()]
     if not depth_list or min(depth_list) < 1:
         raise typer.BadParameter("--depths needs positive integers")
 
-    async def work() -> tuple[list[dict[str, Any]], list[dict[str, Any]], OverheadConfig]:
-        try:
-            config = OverheadConfig(
-                model=model or await targets[0].first_model(),
-                depths=depth_list,
-                probes=probes,
-                concurrency=concurrency,
-                turn_words=turn_words,
-                max_output_tokens=max_output_tokens,
-            )
-            rows, chains = await run_overhead(targets, config, baseline, pids)
-            return rows, chains, config
-        finally:
-            for t in targets:
-                await t.aclose()
+    async def work(
+        chosen: str,
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], OverheadConfig]:
+        config = OverheadConfig(
+            model=chosen,
+            depths=depth_list,
+            probes=probes,
+            concurrency=concurrency,
+            turn_words=turn_words,
+            max_output_tokens=max_output_tokens,
+        )
+        rows, chains = await run_overhead(targets, config, baseline, pids)
+        return rows, chains, config
 
     machine = _machine()  # before the run: its load average is the machine's, not ours
-    rows, chains, config = _run(work())
+    rows, chains, config = _run_on(targets, model, work)
     meta = {
         "command": "overhead",
         "targets": {t.name: t.base_url for t in targets},
@@ -239,10 +285,8 @@ def overhead(
         "max_output_tokens": max_output_tokens,
         "machine": machine,
     }
-    if hasattr(os, "getloadavg"):
-        meta["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
-    for path in write_overhead(out, name, rows, chains, meta, baseline):
-        typer.echo(f"wrote {path}")
+    _load_after(meta)
+    _echo_written(write_overhead(out, name, rows, chains, meta, baseline))
     for row in rows:
         typer.echo(
             f"{row['target']:>10} depth {row['depth']:>4}: p50 {row['p50_s'] * 1000:8.2f} ms  "
@@ -292,36 +336,22 @@ def streaming(
     """Concurrent streamed turns direct vs through Responses servers: TTFB, TTFT, tail,
     delivered deltas/s, server CPU per 1,000 events. Exits 1 if any stream failed (after
     writing every file)."""
-    urls = _pairs(target or [], "--target")
-    keys = _pairs(api_key or [], "--api-key")
-    unknown = set(keys) - set(urls)
-    if unknown:
-        raise typer.BadParameter(f"--api-key for unknown targets: {sorted(unknown)}")
-    targets = [StreamTarget(n, u, stateful=True, api_key=keys.get(n)) for n, u in urls.items()]
-    if direct:
-        targets.insert(0, StreamTarget("direct", direct, stateful=False))
-    if not targets:
-        raise typer.BadParameter("give at least one --target or --direct")
+    targets, baseline = _named_targets(StreamTarget, target or [], api_key or [], direct)
     pids = _pids(pid or [], [t.name for t in targets])
-    baseline = "direct" if direct else targets[0].name
 
-    async def work() -> tuple[list[Any], StreamingConfig]:
-        try:
-            config = StreamingConfig(
-                model=model or await targets[0].first_model(),
-                streams=streams,
-                rounds=rounds,
-                output_tokens=output_tokens,
-                input_words=input_words,
-                warmup_rounds=warmup_rounds,
-            )
-            return list(await run_streaming(targets, config, pids)), config
-        finally:
-            for t in targets:
-                await t.aclose()
+    async def work(chosen: str) -> tuple[list[Any], StreamingConfig]:
+        config = StreamingConfig(
+            model=chosen,
+            streams=streams,
+            rounds=rounds,
+            output_tokens=output_tokens,
+            input_words=input_words,
+            warmup_rounds=warmup_rounds,
+        )
+        return list(await run_streaming(targets, config, pids)), config
 
     machine = _machine()  # before the run: its load average is the machine's, not ours
-    measured, config = _run(work())
+    measured, config = _run_on(targets, model, work)
     rows = summarize_streaming(measured, config, baseline)
     meta = {
         "command": "streaming",
@@ -337,10 +367,8 @@ def streaming(
         "input_words": input_words,
         "machine": machine,
     }
-    if hasattr(os, "getloadavg"):
-        meta["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
-    for path in write_streaming(out, name, measured, rows, meta):
-        typer.echo(f"wrote {path}")
+    _load_after(meta)
+    _echo_written(write_streaming(out, name, measured, rows, meta))
     typer.echo(streaming_table(rows, baseline))
     failed = stream_failures(measured)
     for target_name, reasons in failed.items():
@@ -360,9 +388,7 @@ def agents(
             "client carries it, store: false: a raw upstream or a router)."
         ),
     ] = "previous_response_id",
-    api_key: Annotated[
-        list[str] | None, typer.Option(help="API key; repeat for several tenants (cycled).")
-    ] = None,
+    api_key: TenantKeysOption = None,
     salt: Annotated[str | None, typer.Option(help="cache_salt sent with --chain history.")] = None,
     model: ModelOption = None,
     agents: Annotated[int, typer.Option("--agents", min=1, help="Agents at once.")] = 4,
@@ -383,7 +409,7 @@ def agents(
     tool_output_words: Annotated[int, typer.Option(min=1)] = 40,
     max_output_tokens: Annotated[int, typer.Option(min=1)] = 32,
     temperature: float = 0.0,
-    block_size: Annotated[int, typer.Option(min=1, help="The upstream's KV block size.")] = 32,
+    block_size: BlockSizeOption = 32,
     seed: int = 0,
     nonce: Annotated[
         str, typer.Option(help="Prefix of the shared prompt: a rerun that must start cold.")
@@ -402,9 +428,7 @@ def agents(
         str | None, typer.Option(help="GET path of a response's token account ({id}).")
     ] = None,
     admin_key: Annotated[str | None, typer.Option(help="Admin key for --account-path.")] = None,
-    replica_header: Annotated[
-        list[str] | None, typer.Option(help="Response header naming the serving replica.")
-    ] = None,
+    replica_header: ReplicaHeaderOption = None,
     label: Annotated[str, typer.Option(help="Name of this run in reports.")] = "",
     out: OutOption = Path("bench-results"),
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "agents",
@@ -449,51 +473,42 @@ def agents(
         raise typer.BadParameter(f"unknown --chain {chain!r}")
     if tool_choice not in ("named", "required", "auto"):
         raise typer.BadParameter(f"unknown --tool-choice {tool_choice!r}")
-    target = Target(
-        "target",
-        url,
-        stateful=chain != "history",
-        api_key=api_key[0] if api_key else None,
-        replica_headers=tuple(h.lower() for h in replica_header or REPLICA_HEADERS),
-    )
+    target = _one_target(url, chain != "history", api_key, replica_header)
     chain_mode: Chain = chain  # type: ignore[assignment]
     choice: ToolChoice = tool_choice  # type: ignore[assignment]
 
-    async def work() -> tuple[list[dict[str, Any]], AgentsConfig]:
-        try:
-            config = AgentsConfig(
-                model=model or await target.first_model(),
-                agents=agents,
-                turns=turns,
-                chain=chain_mode,
-                stream=stream,
-                tool_seconds=tool_seconds,
-                think_seconds=think_seconds,
-                jitter=jitter,
-                ramp_seconds=ramp_seconds,
-                tool_choice=choice,
-                tools=tools,
-                system_words=system_words,
-                task_words=task_words,
-                tool_output_words=tool_output_words,
-                max_output_tokens=max_output_tokens,
-                temperature=temperature,
-                block_size=block_size,
-                seed=seed,
-                nonce=nonce,
-                session_key=session_key,
-                api_keys=tuple(api_key) if api_key else (None,),
-                salt=salt,
-                retries=retries,
-                retry_delay=retry_delay,
-                account_path=account_path,
-                admin_key=admin_key,
-            )
-            return await run_agents(target, config), config
-        finally:
-            await target.aclose()
+    async def work(chosen: str) -> tuple[list[dict[str, Any]], AgentsConfig]:
+        config = AgentsConfig(
+            model=chosen,
+            agents=agents,
+            turns=turns,
+            chain=chain_mode,
+            stream=stream,
+            tool_seconds=tool_seconds,
+            think_seconds=think_seconds,
+            jitter=jitter,
+            ramp_seconds=ramp_seconds,
+            tool_choice=choice,
+            tools=tools,
+            system_words=system_words,
+            task_words=task_words,
+            tool_output_words=tool_output_words,
+            max_output_tokens=max_output_tokens,
+            temperature=temperature,
+            block_size=block_size,
+            seed=seed,
+            nonce=nonce,
+            session_key=session_key,
+            api_keys=tuple(api_key) if api_key else (None,),
+            salt=salt,
+            retries=retries,
+            retry_delay=retry_delay,
+            account_path=account_path,
+            admin_key=admin_key,
+        )
+        return await run_agents(target, config), config
 
-    rows, config = _run(work())
+    rows, config = _run_on([target], model, work)
     result = {
         "command": "agents",
         "label": label or name,
@@ -508,8 +523,7 @@ def agents(
         "machine": _machine(),
         "summary": summarize_agents(rows, config),
     }
-    for path in write_run(out, name, rows, result):
-        typer.echo(f"wrote {path}")
+    _echo_written(write_run(out, name, rows, result))
     typer.echo(json.dumps(result["summary"], indent=2, default=str))
 
 
@@ -559,8 +573,7 @@ def agents_report(
     name: Annotated[str, typer.Option(help="Base name of the output files.")] = "agents_report",
 ) -> None:
     """One table (markdown, CSV) and one chart over several bench agents runs."""
-    for path in write_report(out, name, runs):
-        typer.echo(f"wrote {path}")
+    _echo_written(write_report(out, name, runs))
     typer.echo((out / f"{name}.md").read_text(encoding="utf-8"))
 
 

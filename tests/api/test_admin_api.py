@@ -25,8 +25,9 @@ from agentic_api.http.routes import responses as responses_routes
 from agentic_api.operator.http import admin as admin_routes
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Base, Conversation, Response
-from lineage import ExecutionFingerprint, IdKind, mint_id
+from lineage import IdKind, mint_id
 from tests.conftest import RunningServer
+from tests.support.fingerprints import bare_fingerprint
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
 from tests.upstream_sim import SimServer
 
@@ -133,17 +134,7 @@ def seed_conversation(
         await session.flush()
         ids = []
         for model in models:
-            fingerprint = ExecutionFingerprint.build(
-                model=model,
-                instructions=None,
-                tools=None,
-                tool_choice=None,
-                parallel_tool_calls=None,
-                text=None,
-                reasoning=None,
-                truncation=None,
-                salt_epoch=1,
-            )
+            fingerprint = bare_fingerprint(model)
             response_id = mint_id(IdKind.RESPONSE)
             ids.append(response_id)
             session.add(

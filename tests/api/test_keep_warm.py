@@ -12,8 +12,8 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,25 @@ def keep_warm_server(
     }
     with app_server(backend, db_url, sim.url, tmp, **settings) as running:
         yield running
+
+
+Serve = Callable[..., AbstractContextManager[tuple[RunningServer, httpx.Client]]]
+
+
+@pytest.fixture
+def serve(backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path) -> Serve:
+    """Starts this test's keep-warm server (``keep_warm_server``, with overrides of its
+    settings) on its own database, with an admin client of it."""
+
+    @contextmanager
+    def start(**overrides: object) -> Iterator[tuple[RunningServer, httpx.Client]]:
+        with (
+            keep_warm_server(backend, fresh_db, kv_sim, replica, tmp_path, **overrides) as server,
+            admin_client(server) as admin,
+        ):
+            yield server, admin
+
+    return start
 
 
 def words(tag: str, count: int) -> str:
@@ -161,22 +180,26 @@ def full_blocks(tokens: int) -> int:
     return tokens // BLOCK * BLOCK
 
 
+def new_agent(server: RunningServer, sim: SimServer) -> Agent:
+    """An agent of a tenant of its own."""
+    return Agent(server.client(create_tenant(server.db_url), timeout=20), sim)
+
+
+def assert_came_back_warm(back: Response, paused: Response) -> int:
+    """The return found every full block of the paused turn's prompt cached; how many
+    tokens it found cached."""
+    assert back.usage is not None and paused.usage is not None
+    cached = back.usage.input_tokens_details.cached_tokens
+    assert cached >= full_blocks(paused.usage.input_tokens)
+    return cached
+
+
 def test_an_evicted_paused_agent_is_rewarmed_and_comes_back_warm(
-    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+    kv_sim: SimServer, replica: str, serve: Serve
 ) -> None:
     paid_before = metric("agentic_keep_warm_rewarms_total", outcome="paid_off")
     tokens_before = metric("agentic_keep_warm_tokens_total")
-    with (
-        keep_warm_server(
-            backend,
-            fresh_db,
-            kv_sim,
-            replica,
-            tmp_path,
-            keep_warm_replica_metrics={replica: f"{kv_sim.url}/metrics"},
-        ) as server,
-        admin_client(server) as admin,
-    ):
+    with serve(keep_warm_replica_metrics={replica: f"{kv_sim.url}/metrics"}) as (server, admin):
         tenant = create_tenant(server.db_url)
         agent = Agent(server.client(tenant, timeout=20), kv_sim)
         paused = paused_and_seen(agent, admin, replica)
@@ -192,10 +215,7 @@ def test_an_evicted_paused_agent_is_rewarmed_and_comes_back_warm(
         eventually(lambda: resident(admin, paused.id, replica) > 0, "the prefix back")
 
         back = agent.come_back()
-        assert back.usage is not None and paused.usage is not None
-        assert back.usage.input_tokens_details.cached_tokens >= full_blocks(
-            paused.usage.input_tokens
-        )
+        cached = assert_came_back_warm(back, paused)
         lineage = admin.get(f"/responses/{back.id}/lineage").json()
         first, second = lineage["ancestors"]
         (record,) = first["rewarms"]
@@ -203,7 +223,7 @@ def test_an_evicted_paused_agent_is_rewarmed_and_comes_back_warm(
         assert record["reason"] == "evicted while paused"
         assert record["pressure_checked"] is True
         assert record["spent_tokens"] > 0
-        assert record["next_cached_tokens"] == back.usage.input_tokens_details.cached_tokens
+        assert record["next_cached_tokens"] == cached
         assert second["rewarms"] == []
         # Nothing of the re-warm was stored: the tenant has its two turns.
         assert [turn["id"] for turn in lineage["ancestors"]] == [paused.id, back.id]
@@ -212,16 +232,11 @@ def test_an_evicted_paused_agent_is_rewarmed_and_comes_back_warm(
 
 
 def test_without_keep_warm_the_same_return_is_cold(
-    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+    kv_sim: SimServer, replica: str, serve: Serve
 ) -> None:
     # The control of the test above.
-    with (
-        keep_warm_server(
-            backend, fresh_db, kv_sim, replica, tmp_path, keep_warm_enabled=False
-        ) as server,
-        admin_client(server) as admin,
-    ):
-        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+    with serve(keep_warm_enabled=False) as (server, admin):
+        agent = new_agent(server, kv_sim)
         paused = paused_and_seen(agent, admin, replica)
         evict(server, kv_sim)
         eventually(lambda: resident(admin, paused.id, replica) == 0, "the prefix evicted")
@@ -240,20 +255,11 @@ def test_without_keep_warm_the_same_return_is_cold(
     ],
 )
 def test_a_rewarm_past_a_budget_is_not_sent(
-    bounds: dict[str, int],
-    reason: str,
-    backend: str,
-    fresh_db: str,
-    kv_sim: SimServer,
-    replica: str,
-    tmp_path: Path,
+    bounds: dict[str, int], reason: str, kv_sim: SimServer, replica: str, serve: Serve
 ) -> None:
     skipped_before = metric("agentic_keep_warm_skipped_total", reason=reason)
-    with (
-        keep_warm_server(backend, fresh_db, kv_sim, replica, tmp_path, **bounds) as server,
-        admin_client(server) as admin,
-    ):
-        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+    with serve(**bounds) as (server, admin):
+        agent = new_agent(server, kv_sim)
         paused = paused_and_seen(agent, admin, replica)
         evict(server, kv_sim)
         eventually(
@@ -268,16 +274,11 @@ def test_a_rewarm_past_a_budget_is_not_sent(
 
 
 def test_a_session_paused_past_the_ttl_is_forgotten(
-    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+    kv_sim: SimServer, replica: str, serve: Serve
 ) -> None:
     ttl_before = metric("agentic_keep_warm_skipped_total", reason="ttl")
-    with (
-        keep_warm_server(
-            backend, fresh_db, kv_sim, replica, tmp_path, keep_warm_ttl_seconds=0.5
-        ) as server,
-        admin_client(server) as admin,
-    ):
-        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+    with serve(keep_warm_ttl_seconds=0.5) as (server, admin):
+        agent = new_agent(server, kv_sim)
         paused_and_seen(agent, admin, replica)
         eventually(
             lambda: metric("agentic_keep_warm_skipped_total", reason="ttl") > ttl_before,
@@ -290,7 +291,7 @@ def test_a_session_paused_past_the_ttl_is_forgotten(
 
 @pytest.mark.parametrize("named", [False, True], ids=["metrics_url", "named_replica"])
 def test_no_rewarm_while_the_replica_is_under_pressure(
-    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path, named: bool
+    kv_sim: SimServer, replica: str, named: bool, serve: Serve
 ) -> None:
     pressure_before = metric("agentic_keep_warm_skipped_total", reason="pressure")
     # Its /metrics URL given for keep-warm, or found from the named replica the gateway
@@ -300,11 +301,8 @@ def test_no_rewarm_while_the_replica_is_under_pressure(
         if named
         else {"keep_warm_replica_metrics": {replica: f"{kv_sim.url}/metrics"}}
     )
-    with (
-        keep_warm_server(backend, fresh_db, kv_sim, replica, tmp_path, **where) as server,
-        admin_client(server) as admin,
-    ):
-        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+    with serve(**where) as (server, admin):
+        agent = new_agent(server, kv_sim)
         paused_and_seen(agent, admin, replica)
         kv_sim.state.load = (2.0, 0.3)  # two requests waiting for the scheduler
         evict(server, kv_sim)
@@ -322,14 +320,11 @@ def test_no_rewarm_while_the_replica_is_under_pressure(
 
 
 def test_a_rewarm_in_flight_is_cancelled_when_the_agent_comes_back(
-    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+    kv_sim: SimServer, replica: str, serve: Serve
 ) -> None:
     cancelled_before = metric("agentic_keep_warm_rewarms_total", outcome="cancelled")
-    with (
-        keep_warm_server(backend, fresh_db, kv_sim, replica, tmp_path) as server,
-        admin_client(server) as admin,
-    ):
-        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+    with serve() as (server, admin):
+        agent = new_agent(server, kv_sim)
         paused_and_seen(agent, admin, replica)
         # The other tenant's turn answers; the re-warm after it hangs in the "engine".
         evict(server, kv_sim, Reply("busy"), Hang())
@@ -349,20 +344,9 @@ def test_a_rewarm_in_flight_is_cancelled_when_the_agent_comes_back(
     ("pause_on", "rewarmed"), [("function_call", False), ("tools_offered", True)]
 )
 def test_a_text_answer_pauses_only_when_offering_tools_is_the_rule(
-    pause_on: str,
-    rewarmed: bool,
-    backend: str,
-    fresh_db: str,
-    kv_sim: SimServer,
-    replica: str,
-    tmp_path: Path,
+    pause_on: str, rewarmed: bool, kv_sim: SimServer, replica: str, serve: Serve
 ) -> None:
-    with (
-        keep_warm_server(
-            backend, fresh_db, kv_sim, replica, tmp_path, keep_warm_pause_on=pause_on
-        ) as server,
-        admin_client(server) as admin,
-    ):
+    with serve(keep_warm_pause_on=pause_on) as (server, admin):
         client = server.client(create_tenant(server.db_url), timeout=20)
         kv_sim.push(Reply("I will look that up."))
         answered = client.responses.create(model="sim-model", input=words("task", 120), tools=TOOLS)
@@ -380,15 +364,10 @@ def test_a_text_answer_pauses_only_when_offering_tools_is_the_rule(
 
 @pytest.mark.parametrize("cap", [1, 2])
 def test_rewarms_per_pause_are_capped(
-    cap: int, backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+    cap: int, kv_sim: SimServer, replica: str, serve: Serve
 ) -> None:
-    with (
-        keep_warm_server(
-            backend, fresh_db, kv_sim, replica, tmp_path, keep_warm_max_rewarms_per_pause=cap
-        ) as server,
-        admin_client(server) as admin,
-    ):
-        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+    with serve(keep_warm_max_rewarms_per_pause=cap) as (server, admin):
+        agent = new_agent(server, kv_sim)
         paused = paused_and_seen(agent, admin, replica)
         evict(server, kv_sim)
         eventually(lambda: len(rewarms(kv_sim, agent.session_id)) == 1, "a first re-warm")
@@ -409,14 +388,11 @@ def test_rewarms_per_pause_are_capped(
 
 
 def test_a_disabled_tenant_gets_no_rewarm_and_a_rotated_salt_warms_the_new_one(
-    backend: str, fresh_db: str, kv_sim: SimServer, replica: str, tmp_path: Path
+    kv_sim: SimServer, replica: str, serve: Serve
 ) -> None:
     """The loop acts for a tenant with no request to authenticate: it reads the tenant as
     it is at the re-warm, not as it was at the pause."""
-    with (
-        keep_warm_server(backend, fresh_db, kv_sim, replica, tmp_path) as server,
-        admin_client(server) as admin,
-    ):
+    with serve() as (server, admin):
         rotated = create_tenant(server.db_url)
         agent = Agent(server.client(rotated, timeout=20), kv_sim)
         paused_and_seen(agent, admin, replica)
@@ -459,33 +435,18 @@ LEAD_SECONDS = 1.0
     [({}, None), ({"keep_warm_tenant_tokens_per_minute": 50}, "tenant_budget")],
 )
 def test_before_return_an_early_eviction_is_rewarmed_shortly_before_the_agent_is_back(
-    bounds: dict[str, int],
-    skipped: str | None,
-    backend: str,
-    fresh_db: str,
-    kv_sim: SimServer,
-    replica: str,
-    tmp_path: Path,
+    bounds: dict[str, int], skipped: str | None, kv_sim: SimServer, replica: str, serve: Serve
 ) -> None:
     """``AGENTIC_KEEP_WARM_WHEN=before_return``: the session's first tool call took
     TOOL_SECONDS, so in its second pause it is expected back TOOL_SECONDS after pausing;
     its prefix, evicted at once, is re-warmed LEAD_SECONDS before that, not when it went
     (and the bounds still apply then)."""
     skipped_before = metric("agentic_keep_warm_skipped_total", reason=skipped or "budget")
-    with (
-        keep_warm_server(
-            backend,
-            fresh_db,
-            kv_sim,
-            replica,
-            tmp_path,
-            keep_warm_when="before_return",
-            keep_warm_lead_seconds=LEAD_SECONDS,
-            **bounds,
-        ) as server,
-        admin_client(server) as admin,
+    with serve(keep_warm_when="before_return", keep_warm_lead_seconds=LEAD_SECONDS, **bounds) as (
+        server,
+        admin,
     ):
-        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+        agent = new_agent(server, kv_sim)
         agent.pause()
         time.sleep(TOOL_SECONDS)  # the first tool call: the session's pause length
         sent_again = time.time()
@@ -513,10 +474,7 @@ def test_before_return_an_early_eviction_is_rewarmed_shortly_before_the_agent_is
             previous_response_id=paused.id,
             tools=TOOLS,
         )
-        assert back.usage is not None and paused.usage is not None
-        assert back.usage.input_tokens_details.cached_tokens >= full_blocks(
-            paused.usage.input_tokens
-        )
+        assert_came_back_warm(back, paused)
         ancestors = admin.get(f"/responses/{back.id}/lineage").json()["ancestors"]
         (record,) = ancestors[1]["rewarms"]
         assert ancestors[0]["rewarms"] == []  # the first pause was never evicted
@@ -530,24 +488,14 @@ def test_before_return_an_early_eviction_is_rewarmed_shortly_before_the_agent_is
 
 @pytest.mark.parametrize("token_artifacts", ["auto", "off"])
 def test_an_emptied_cache_is_rewarmed_like_an_eviction(
-    backend: str,
-    fresh_db: str,
-    kv_sim: SimServer,
-    replica: str,
-    tmp_path: Path,
-    token_artifacts: str,
+    kv_sim: SimServer, replica: str, token_artifacts: str, serve: Serve
 ) -> None:
     # vLLM 0.34's /checkpoint/prepare (or a prefix-cache reset) empties the cache: one
     # AllBlocksCleared, no block named. With token ids the paused prefix is seen gone; without
     # them no eviction names the session, and the emptied cache alone must count.
     cleared = metric("agentic_kv_coverage_resets_total", replica=replica, reason="cleared")
-    with (
-        keep_warm_server(
-            backend, fresh_db, kv_sim, replica, tmp_path, token_artifacts=token_artifacts
-        ) as server,
-        admin_client(server) as admin,
-    ):
-        agent = Agent(server.client(create_tenant(server.db_url), timeout=20), kv_sim)
+    with serve(token_artifacts=token_artifacts) as (server, admin):
+        agent = new_agent(server, kv_sim)
         paused = paused_and_seen(agent, admin, replica)
         assert httpx.post(f"{kv_sim.url}/checkpoint/prepare", timeout=10).status_code == 200
         eventually(lambda: bool(rewarms(kv_sim, agent.session_id)), "a re-warm")
@@ -557,10 +505,7 @@ def test_an_emptied_cache_is_rewarmed_like_an_eviction(
         )
         eventually(lambda: resident(admin, paused.id, replica) > 0, "the prefix back")
         back = agent.come_back()
-        assert back.usage is not None and paused.usage is not None
-        assert back.usage.input_tokens_details.cached_tokens >= full_blocks(
-            paused.usage.input_tokens
-        )
+        assert_came_back_warm(back, paused)
         first, _ = admin.get(f"/responses/{back.id}/lineage").json()["ancestors"]
         (record,) = first["rewarms"]
         assert record["reason"] == "the replica's cache was emptied while paused"

@@ -6,7 +6,6 @@ cache is emptied before it)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
@@ -17,7 +16,7 @@ from openai.types.responses import Response
 from tests.api.test_bad_input import count_responses
 from tests.conftest import RunningServer
 from tests.support.tenants import TenantKeys
-from tests.support.websocket import open_socket, until_terminal
+from tests.support.websocket import open_socket, send_create, until_terminal
 from tests.upstream_sim import Fail, Reply, SimServer
 from tests.upstream_sim.state import RecordedRequest
 
@@ -230,16 +229,12 @@ def test_a_websocket_prewarm_overrides_generate_false(
     server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:
     with open_socket(server, tenant) as socket:
-        socket.send(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": MODEL,
-                    "input": "warm",
-                    "generate": False,
-                    "prompt_cache_options": {"prewarm": True},
-                }
-            )
+        send_create(
+            socket,
+            model=MODEL,
+            input="warm",
+            generate=False,
+            prompt_cache_options={"prewarm": True},
         )
         frames = until_terminal(socket)
     assert [frame["type"] for frame in frames] == ["response.created", "response.completed"]

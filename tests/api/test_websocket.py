@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from openai import NotFoundError, OpenAI
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
+from websockets.sync.connection import Connection
 
 from tests.conftest import RunningServer, app_server
 from tests.support.tenants import TenantKeys, create_tenant
-from tests.support.websocket import TERMINAL, open_socket, until_terminal, ws_url
+from tests.support.websocket import TERMINAL, open_socket, send_create, until_terminal, ws_url
 from tests.upstream_sim import Reply, SimServer
 
 
@@ -48,42 +51,20 @@ def test_store_false_chain_within_one_connection_and_not_after_reconnect(
     server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:
     with open_socket(server, tenant) as socket:
-        socket.send(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": sim.config.model,
-                    "input": "ephemeral",
-                    "store": False,
-                }
-            )
-        )
+        send_create(socket, model=sim.config.model, input="ephemeral", store=False)
         first = until_terminal(socket)[-1]["response"]
-        socket.send(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": sim.config.model,
-                    "input": "more",
-                    "store": False,
-                    "previous_response_id": first["id"],
-                }
-            )
+        send_create(
+            socket,
+            model=sim.config.model,
+            input="more",
+            store=False,
+            previous_response_id=first["id"],
         )
         second = until_terminal(socket)[-1]
         assert second["type"] == "response.completed"
         assert len(sim.last("/v1/responses").json["input"]) == 3
     with open_socket(server, tenant) as socket:
-        socket.send(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": sim.config.model,
-                    "input": "x",
-                    "previous_response_id": first["id"],
-                }
-            )
-        )
+        send_create(socket, model=sim.config.model, input="x", previous_response_id=first["id"])
         error = json.loads(socket.recv(timeout=20))
     assert error["type"] == "error" and error["status"] == 404
     assert error["error"]["code"] == "previous_response_not_found"
@@ -94,29 +75,13 @@ def test_generate_false_then_continue(
     server: RunningServer, tenant: TenantKeys, sim: SimServer
 ) -> None:
     with open_socket(server, tenant) as socket:
-        socket.send(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": sim.config.model,
-                    "input": "context only",
-                    "generate": False,
-                }
-            )
-        )
+        send_create(socket, model=sim.config.model, input="context only", generate=False)
         prepared = until_terminal(socket)
         assert [e["type"] for e in prepared] == ["response.created", "response.completed"]
         assert sim.calls("/v1/responses") == 0
         prepared_id = prepared[-1]["response"]["id"]
-        socket.send(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": sim.config.model,
-                    "input": "now answer",
-                    "previous_response_id": prepared_id,
-                }
-            )
+        send_create(
+            socket, model=sim.config.model, input="now answer", previous_response_id=prepared_id
         )
         answer = until_terminal(socket)[-1]
     assert answer["type"] == "response.completed"
@@ -129,16 +94,7 @@ def test_lanes_echo_stream_id_and_keep_order(
 ) -> None:
     with open_socket(server, tenant) as socket:
         for lane, text in (("a", "a1"), ("b", "b1"), ("a", "a2")):
-            socket.send(
-                json.dumps(
-                    {
-                        "type": "response.create",
-                        "model": sim.config.model,
-                        "input": text,
-                        "stream_id": lane,
-                    }
-                )
-            )
+            send_create(socket, model=sim.config.model, input=text, stream_id=lane)
         finished: dict[str, list[str]] = {"a": [], "b": []}
         while sum(len(v) for v in finished.values()) < 3:
             event = json.loads(socket.recv(timeout=20))
@@ -160,25 +116,14 @@ def test_malformed_and_unknown_frames(
         socket.send(json.dumps([1, 2]))
         assert json.loads(socket.recv(timeout=10))["error"]["code"] == "invalid_frame"
         socket.send(json.dumps({"type": "response.processed", "response_id": "resp_x"}))
-        socket.send(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": sim.config.model,
-                    "input": "x",
-                    "background": True,
-                }
-            )
-        )
+        send_create(socket, model=sim.config.model, input="x", background=True)
         error = json.loads(socket.recv(timeout=10))
         assert error["status"] == 400 and error["error"]["param"] == "background"
-        socket.send(json.dumps({"type": "response.create", "input": "no model"}))
+        send_create(socket, input="no model")
         error = json.loads(socket.recv(timeout=10))
         assert error["error"]["param"] == "model"
         # The connection is still usable after all of that.
-        socket.send(
-            json.dumps({"type": "response.create", "model": sim.config.model, "input": "fine"})
-        )
+        send_create(socket, model=sim.config.model, input="fine")
         assert until_terminal(socket)[-1]["type"] == "response.completed"
 
 
@@ -196,16 +141,7 @@ def test_other_tenant_cannot_continue_over_socket(
 ) -> None:
     mine = client.responses.create(model=sim.config.model, input="mine")
     with open_socket(server, create_tenant(server.db_url)) as socket:
-        socket.send(
-            json.dumps(
-                {
-                    "type": "response.create",
-                    "model": sim.config.model,
-                    "input": "x",
-                    "previous_response_id": mine.id,
-                }
-            )
-        )
+        send_create(socket, model=sim.config.model, input="x", previous_response_id=mine.id)
         assert json.loads(socket.recv(timeout=10))["error"]["code"] == (
             "previous_response_not_found"
         )
@@ -218,9 +154,7 @@ def test_lane_queue_limit(server: RunningServer, tenant: TenantKeys, sim: SimSer
     sim.push(*[Reply("slow", delay=0.3)] * (MAX_QUEUED_PER_LANE + 3))
     with open_socket(server, tenant) as socket:
         for _ in range(MAX_QUEUED_PER_LANE + 3):
-            socket.send(
-                json.dumps({"type": "response.create", "model": sim.config.model, "input": "q"})
-            )
+            send_create(socket, model=sim.config.model, input="q")
         codes: list[str] = []
         completed = 0
         while completed + len(codes) < MAX_QUEUED_PER_LANE + 3:
@@ -233,17 +167,31 @@ def test_lane_queue_limit(server: RunningServer, tenant: TenantKeys, sim: SimSer
     assert completed >= MAX_QUEUED_PER_LANE
 
 
+@contextmanager
+def own_server(
+    backend: str,
+    db_url: str,
+    sim: SimServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    **settings: object,
+) -> Iterator[Connection]:
+    """A new tenant's socket to a server of the test's own, started with these settings."""
+    tenant = create_tenant(db_url)
+    data = tmp_path_factory.mktemp("ws")
+    with (
+        app_server(backend, db_url, sim.url, data, **settings) as live,
+        open_socket(live, tenant) as socket,
+    ):
+        yield socket
+
+
 def test_connection_lifetime_limit(
     backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     from websockets.exceptions import ConnectionClosed
 
-    tenant = create_tenant(db_url)
-    data = tmp_path_factory.mktemp("ws")
-    with (
-        app_server(backend, db_url, sim.url, data, ws_max_connection_seconds=1.0) as live,
-        open_socket(live, tenant) as socket,
-    ):
+    own = own_server(backend, db_url, sim, tmp_path_factory, ws_max_connection_seconds=1.0)
+    with own as socket:
         frame = json.loads(socket.recv(timeout=10))
         assert frame["error"]["code"] == "websocket_connection_limit_reached"
         with pytest.raises(ConnectionClosed) as closed:
@@ -257,9 +205,7 @@ def test_disconnect_mid_turn_still_stores_the_turn(
 ) -> None:
     sim.push(Reply("slow words " * 10, event_delay=0.05))
     with open_socket(server, tenant) as socket:
-        socket.send(
-            json.dumps({"type": "response.create", "model": sim.config.model, "input": "x"})
-        )
+        send_create(socket, model=sim.config.model, input="x")
         created = json.loads(socket.recv(timeout=10))
     response_id = created["response"]["id"]
     assert sim.wait_done(1, "/v1/responses", timeout=15)
@@ -276,12 +222,7 @@ def test_disconnect_mid_turn_still_stores_the_turn(
 def test_oversized_frame_gets_an_error_and_the_connection_survives(
     backend: str, db_url: str, sim: SimServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    tenant = create_tenant(db_url)
-    data = tmp_path_factory.mktemp("ws")
-    with (
-        app_server(backend, db_url, sim.url, data, max_body_bytes=2000) as live,
-        open_socket(live, tenant) as socket,
-    ):
+    with own_server(backend, db_url, sim, tmp_path_factory, max_body_bytes=2000) as socket:
         big = {"type": "response.create", "model": sim.config.model, "input": "x" * 3000}
         socket.send(json.dumps(big))
         error = json.loads(socket.recv(timeout=10))
@@ -300,9 +241,7 @@ def test_shutdown_drains_a_turn_in_flight(
     data = tmp_path_factory.mktemp("ws")
     with app_server(backend, db_url, sim.url, data) as live:
         socket = open_socket(live, tenant)
-        socket.send(
-            json.dumps({"type": "response.create", "model": sim.config.model, "input": "x"})
-        )
+        send_create(socket, model=sim.config.model, input="x")
         response_id = json.loads(socket.recv(timeout=10))["response"]["id"]
     # The server has stopped; the turn it was running was finished and stored first.
     socket.close()

@@ -21,7 +21,7 @@ from agentic_api.serving.tenants import KEY_MEMO_SECONDS
 from lineage import mint_cache_salt
 from tests.conftest import TEST_SECRET, RunningServer, app_server
 from tests.support.tenants import TenantKeys, create_admin_key, create_tenant
-from tests.support.websocket import open_socket, until_terminal
+from tests.support.websocket import open_socket, send_create, until_terminal
 from tests.upstream_sim import SimServer
 
 CLOSE_CREDENTIALS_REFUSED = 1008
@@ -108,11 +108,7 @@ def test_a_disabled_tenant_ends_the_open_socket_and_queued_requests_never_run(
         ok(admin.post(f"/tenants/{tenant.id}/disable"))
         # Two lanes' requests at once: each is checked, none reaches the model.
         for lane in ("a", "b"):
-            socket.send(
-                json.dumps(
-                    {"type": "response.create", "model": model, "input": "x", "stream_id": lane}
-                )
-            )
+            send_create(socket, model=model, input="x", stream_id=lane)
         frame = json.loads(socket.recv(timeout=10))
         assert frame["type"] == "error" and frame["status"] == 401
         with pytest.raises(ConnectionClosed) as closed:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,26 +40,43 @@ class RealVllm:
     block_size: int
 
 
-@pytest.fixture(scope="session")
-def real_vllm() -> Iterator[RealVllm]:
-    block = BLOCK_SIZE
-    given = os.environ.get("AGENTIC_REAL_VLLM_URL")
+@contextmanager
+def served_vllm(
+    url_variable: str,
+    *start_args: str,
+    prepare: Callable[[], Mapping[str, str]] | None = None,
+) -> Iterator[RealVllm]:
+    """The vLLM at ``$url_variable`` (reused, left running); else, after setup.sh (cached)
+    and ``prepare`` (which gives start.sh's environment), one that start.sh starts on a free
+    port with ``start_args``, stopped by stop.sh when the block ends."""
+    given = os.environ.get(url_variable)
     port: int | None = None
     if given:
         url = given.rstrip("/").removesuffix("/v1")
     else:
         subprocess.run([str(SCRIPTS / "setup.sh")], check=True, stdout=subprocess.DEVNULL)
+        env = prepare() if prepare is not None else None
         port = free_port()
         started = subprocess.run(
-            [str(SCRIPTS / "start.sh"), str(port)], check=True, capture_output=True, text=True
+            [str(SCRIPTS / "start.sh"), str(port), *start_args],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
         )
         url = started.stdout.strip().splitlines()[-1]
     try:
         models = httpx.get(f"{url}/v1/models", timeout=10).json()
-        yield RealVllm(url, models["data"][0]["id"], block)
+        yield RealVllm(url, models["data"][0]["id"], BLOCK_SIZE)
     finally:
         if port is not None:
             subprocess.run([str(SCRIPTS / "stop.sh"), str(port)], check=False)
+
+
+@pytest.fixture(scope="session")
+def real_vllm() -> Iterator[RealVllm]:
+    with served_vllm("AGENTIC_REAL_VLLM_URL") as vllm:
+        yield vllm
 
 
 @pytest.fixture(scope="session")
@@ -87,43 +105,28 @@ def smollm2() -> Iterator[RealVllm]:
     """SmolLM2-135M-Instruct (a real instruct model, float32) on CPU vLLM, with prefix
     caching, the hermes tool parser and the render endpoint (``--enable-scale-out``).
     ``AGENTIC_SMOLLM2_URL`` reuses a running one (started with those flags)."""
-    given = os.environ.get("AGENTIC_SMOLLM2_URL")
-    port: int | None = None
-    if given:
-        url = given.rstrip("/").removesuffix("/v1")
-    else:
-        subprocess.run([str(SCRIPTS / "setup.sh")], check=True, stdout=subprocess.DEVNULL)
-        built = subprocess.run(
+
+    def built() -> dict[str, str]:
+        setup = subprocess.run(
             [str(SCRIPTS / "setup_smollm2.sh")], check=True, capture_output=True, text=True
         )
-        model_dir = built.stdout.strip().splitlines()[-1].partition("=")[2]
-        port = free_port()
-        started = subprocess.run(
-            [
-                str(SCRIPTS / "start.sh"),
-                str(port),
-                "smollm2",
-                "--enable-auto-tool-choice",
-                "--tool-call-parser",
-                "hermes",
-                "--enable-scale-out",
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-            env={
-                **os.environ,
-                "AGENTIC_VLLM_MODEL_DIR": model_dir,
-                "AGENTIC_VLLM_START_TIMEOUT": os.environ.get("AGENTIC_VLLM_START_TIMEOUT", "300"),
-            },
-        )
-        url = started.stdout.strip().splitlines()[-1]
-    try:
-        models = httpx.get(f"{url}/v1/models", timeout=10).json()
-        yield RealVllm(url, models["data"][0]["id"], BLOCK_SIZE)
-    finally:
-        if port is not None:
-            subprocess.run([str(SCRIPTS / "stop.sh"), str(port)], check=False)
+        model_dir = setup.stdout.strip().splitlines()[-1].partition("=")[2]
+        return {
+            **os.environ,
+            "AGENTIC_VLLM_MODEL_DIR": model_dir,
+            "AGENTIC_VLLM_START_TIMEOUT": os.environ.get("AGENTIC_VLLM_START_TIMEOUT", "300"),
+        }
+
+    with served_vllm(
+        "AGENTIC_SMOLLM2_URL",
+        "smollm2",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--enable-scale-out",
+        prepare=built,
+    ) as vllm:
+        yield vllm
 
 
 @pytest.fixture(scope="session")

@@ -22,19 +22,21 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from openai import OpenAI
-from prometheus_client import REGISTRY
 
 from tests.conftest import RunningServer, app_server
 from tests.real_vllm.test_kv_residency import BLOCK, Replica, text
+from tests.support import waiting
 from tests.support.servers import free_port
 from tests.support.tenants import create_admin_key, create_tenant
 from tests.support.typed import usage_of
+from tests.support.waiting import metric
 
 pytestmark = pytest.mark.real_vllm
 
@@ -64,40 +66,66 @@ def replica() -> Iterator[Replica]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def keep_warm_server(
+    db_url: str, replica: Replica, data_dir: Path, keep_warm: bool = True
+) -> AbstractContextManager[RunningServer]:
+    """Our server reading the replica's KV events and /metrics; keep-warm on (a turn that
+    offers tools pauses) unless ``keep_warm`` is false."""
+    return app_server(
+        "postgres",
+        db_url,
+        replica.url,
+        data_dir,
+        kv_events_endpoints={NAME: replica.endpoint},
+        keep_warm_enabled=keep_warm,
+        keep_warm_pause_on="tools_offered",
+        keep_warm_interval_seconds=0.1,
+        keep_warm_replica_metrics={NAME: f"{replica.url}/metrics"},
+    )
+
+
 @pytest.fixture(scope="module")
 def server(
     kv_db_url: str, replica: Replica, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
-    with app_server(
-        "postgres",
-        kv_db_url,
-        replica.url,
-        tmp_path_factory.mktemp("kw-real"),
-        kv_events_endpoints={NAME: replica.endpoint},
-        keep_warm_enabled=True,
-        keep_warm_pause_on="tools_offered",
-        keep_warm_interval_seconds=0.1,
-        keep_warm_replica_metrics={NAME: f"{replica.url}/metrics"},
-    ) as running:
+    with keep_warm_server(kv_db_url, replica, tmp_path_factory.mktemp("kw-real")) as running:
         yield running
 
 
-def metric(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
-def eventually(check: Callable[[], bool], what: str, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never: {what}")
-        time.sleep(0.1)
+def eventually(check: Callable[[], bool], what: str) -> None:
+    # A real engine on a shared CPU: a minute, not the api tier's 15 s.
+    waiting.eventually(check, what, seconds=60)
 
 
 def ask(client: OpenAI, words: str, **extra: Any) -> Any:
     return client.responses.create(
         model="tiny-llama", input=words, temperature=0, max_output_tokens=4, **extra
     )
+
+
+def full_blocks(tokens: int) -> int:
+    return tokens // BLOCK * BLOCK
+
+
+def admin_client(server: RunningServer) -> httpx.Client:
+    return httpx.Client(
+        base_url=f"{server.url}/admin/v1",
+        headers={"Authorization": f"Bearer {create_admin_key(server.db_url)}"},
+        timeout=30,
+    )
+
+
+def evict_until_rewarmed(others: OpenAI, rewarmed: Callable[[], bool], tag: str) -> int:
+    """Other agents (no tools: they do not pause) fill the cache, one prompt at a time,
+    until the keep-warm loop has seen the paused prefix drop and re-warmed it; how many
+    prompts that took."""
+    sent = 0
+    while not rewarmed():
+        assert sent < 12, "the paused prefix was never re-warmed"
+        ask(others, text(f"{tag}{sent}{uuid.uuid4().hex[:4]}", 160))
+        sent += 1
+        time.sleep(0.5)
+    return sent
 
 
 def test_a_paused_agent_evicted_by_other_traffic_is_rewarmed_and_returns_warm(
@@ -107,11 +135,7 @@ def test_a_paused_agent_evicted_by_other_traffic_is_rewarmed_and_returns_warm(
     tokens_before = metric("agentic_keep_warm_tokens_total")
     client = server.client(create_tenant(server.db_url), timeout=120)
     others = server.client(create_tenant(server.db_url), timeout=120)
-    admin = httpx.Client(
-        base_url=f"{server.url}/admin/v1",
-        headers={"Authorization": f"Bearer {create_admin_key(server.db_url)}"},
-        timeout=30,
-    )
+    admin = admin_client(server)
 
     def resident() -> int:
         view = admin.get(f"/responses/{paused.id}/residency").json()
@@ -126,31 +150,24 @@ def test_a_paused_agent_evicted_by_other_traffic_is_rewarmed_and_returns_warm(
         # ~440 tokens with the tools: about a fifth of the cache, well inside its capacity share.
         paused = ask(client, text(f"kw{uuid.uuid4().hex[:6]}", 110), tools=TOOLS)
         paused_prompt = usage_of(paused).input_tokens
-        eventually(lambda: resident() >= paused_prompt // BLOCK * BLOCK, "the paused prefix")
+        eventually(lambda: resident() >= full_blocks(paused_prompt), "the paused prefix")
         time.sleep(0.5)  # a few of the loop's ticks: it has seen the prefix resident
-        # Other agents (no tools: they do not pause) fill the cache, one prompt at a time,
-        # until the keep-warm loop has seen the paused prefix drop and re-warmed it.
-        sent = 0
-        while not records():
-            assert sent < 12, "the paused prefix was never re-warmed"
-            ask(others, text(f"o{sent}{uuid.uuid4().hex[:4]}", 160))
-            sent += 1
-            time.sleep(0.5)
+        sent = evict_until_rewarmed(others, lambda: bool(records()), "o")
         assert sent >= 2, "evicted before other traffic filled the cache"
         eventually(lambda: records()[0]["outcome"] == "done", "the re-warm answered")
         (rewarm,) = records()
         assert rewarm["reason"] == "evicted while paused" and rewarm["replica"] == NAME
         # It was re-warmed because its prefix had gone, and it prefilled what had gone.
         assert rewarm["resident_before"] is not None
-        assert rewarm["resident_before"] < paused_prompt // BLOCK * BLOCK
+        assert rewarm["resident_before"] < full_blocks(paused_prompt)
         assert rewarm["pressure_checked"] is True
         assert rewarm["spent_tokens"] > 0
         assert rewarm["input_tokens"] > paused_prompt
-        eventually(lambda: resident() >= paused_prompt // BLOCK * BLOCK, "the prefix back")
+        eventually(lambda: resident() >= full_blocks(paused_prompt), "the prefix back")
 
         back = ask(client, text("the tool said", 20), tools=TOOLS, previous_response_id=paused.id)
         cached = usage_of(back).input_tokens_details.cached_tokens
-        assert cached >= paused_prompt // BLOCK * BLOCK > 0
+        assert cached >= full_blocks(paused_prompt) > 0
         (settled,) = records()
         assert settled["outcome"] == "paid_off"
         assert settled["next_cached_tokens"] == cached
@@ -168,17 +185,9 @@ def test_after_a_restart_a_paused_prefix_cached_before_is_still_kept_warm(
     tenant = create_tenant(kv_db_url)
     tag = uuid.uuid4().hex[:6]
 
-    def serve(keep_warm: bool) -> Any:
-        return app_server(
-            "postgres",
-            kv_db_url,
-            replica.url,
-            tmp_path_factory.mktemp("kw-restart"),
-            kv_events_endpoints={NAME: replica.endpoint},
-            keep_warm_enabled=keep_warm,
-            keep_warm_pause_on="tools_offered",
-            keep_warm_interval_seconds=0.1,
-            keep_warm_replica_metrics={NAME: f"{replica.url}/metrics"},
+    def serve(keep_warm: bool) -> AbstractContextManager[RunningServer]:
+        return keep_warm_server(
+            kv_db_url, replica, tmp_path_factory.mktemp("kw-restart"), keep_warm
         )
 
     with serve(keep_warm=False) as before:
@@ -187,11 +196,7 @@ def test_after_a_restart_a_paused_prefix_cached_before_is_still_kept_warm(
     with serve(keep_warm=True) as after:
         client = after.client(tenant, timeout=120)
         others = after.client(create_tenant(kv_db_url), timeout=120)
-        admin = httpx.Client(
-            base_url=f"{after.url}/admin/v1",
-            headers={"Authorization": f"Bearer {create_admin_key(after.db_url)}"},
-            timeout=30,
-        )
+        admin = admin_client(after)
 
         def branch() -> Any:
             view = admin.get(f"/responses/{paused.id}/residency").json()["branch"]
@@ -206,19 +211,12 @@ def test_after_a_restart_a_paused_prefix_cached_before_is_still_kept_warm(
         with admin:
             paused = ask(client, text(f"kwr2{tag}", 40), tools=TOOLS, previous_response_id=first.id)
             served = usage_of(paused).input_tokens_details.cached_tokens
-            assert served >= usage_of(first).input_tokens // BLOCK * BLOCK > 0
+            assert served >= full_blocks(usage_of(first).input_tokens) > 0
             paused_prompt = usage_of(paused).input_tokens
             # Rebuilt from the paused turn itself: its whole prompt is known resident.
-            eventually(
-                lambda: (branch() or 0) >= paused_prompt // BLOCK * BLOCK, "the paused prefix"
-            )
+            eventually(lambda: (branch() or 0) >= full_blocks(paused_prompt), "the paused prefix")
             time.sleep(0.5)  # a few of the loop's ticks: it has seen the prefix resident
-            sent = 0
-            while not records():
-                assert sent < 12, "the paused prefix was never re-warmed"
-                ask(others, text(f"r{sent}{uuid.uuid4().hex[:4]}", 160))
-                sent += 1
-                time.sleep(0.5)
+            evict_until_rewarmed(others, lambda: bool(records()), "r")
             eventually(lambda: records()[0]["outcome"] == "done", "the re-warm answered")
             (rewarm,) = records()
             assert rewarm["reason"] == "evicted while paused" and rewarm["replica"] == NAME
@@ -226,5 +224,5 @@ def test_after_a_restart_a_paused_prefix_cached_before_is_still_kept_warm(
                 client, text("the tool said", 20), tools=TOOLS, previous_response_id=paused.id
             )
             cached = usage_of(back).input_tokens_details.cached_tokens
-            assert cached >= paused_prompt // BLOCK * BLOCK
+            assert cached >= full_blocks(paused_prompt)
             assert records()[0]["outcome"] == "paid_off"

@@ -66,27 +66,38 @@ def ask(client: OpenAI, vllm: RealVllm, text: str, **fields: Any) -> Any:
     return response
 
 
-def row(case: str, backend: str, response: Any, account: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "case": f"smollm2/{case}/{backend}",
-        "status": account["status"],
-        "cause": account["cause"],
-        "parent_tokens": account["parent_tokens"],
-        "reusable": account["reusable_tokens"],
-        "expected": account["expected_cached"],
-        "measured": account["measured_cached"],
-        "ideal": account["ideal_cached"],
-        "lost": account["lost"],
-        "input_tokens": response.usage.input_tokens,
-    }
+class Reported:
+    """Reads a continuation's token account and adds it, as one row, to the tier's report."""
+
+    def __init__(self, admin: AdminApi, backend: str, report: list[dict[str, Any]]) -> None:
+        self.admin, self.backend, self.report = admin, backend, report
+
+    def account(self, case: str, response: Any, *, decoded: bool = False) -> dict[str, Any]:
+        account = (self.admin.decoded if decoded else self.admin.account)(response.id)
+        self.report.append(
+            {
+                "case": f"smollm2/{case}/{self.backend}",
+                "status": account["status"],
+                "cause": account["cause"],
+                "parent_tokens": account["parent_tokens"],
+                "reusable": account["reusable_tokens"],
+                "expected": account["expected_cached"],
+                "measured": account["measured_cached"],
+                "ideal": account["ideal_cached"],
+                "lost": account["lost"],
+                "input_tokens": response.usage.input_tokens,
+            }
+        )
+        return account
+
+
+@pytest.fixture
+def reported(admin: AdminApi, smol_server: RunningServer, report: list[dict[str, Any]]) -> Reported:
+    return Reported(admin, smol_server.backend, report)
 
 
 def test_a_chain_is_token_exact_and_measured_equals_expected(
-    client: OpenAI,
-    admin: AdminApi,
-    smollm2: RealVllm,
-    smol_server: RunningServer,
-    report: list[dict[str, Any]],
+    client: OpenAI, admin: AdminApi, smollm2: RealVllm, reported: Reported
 ) -> None:
     texts = [
         "List three fruits, one per line.",
@@ -99,11 +110,10 @@ def test_a_chain_is_token_exact_and_measured_equals_expected(
         response = ask(
             client, smollm2, text, **({"previous_response_id": previous.id} if previous else {})
         )
-        account = admin.account(response.id)
         if previous is None:
-            assert account["status"] == "cold_start"
+            assert admin.account(response.id)["status"] == "cold_start"
         else:
-            report.append(row("chain", smol_server.backend, response, account))
+            account = reported.account("chain", response)
             assert account["status"] == "exact", account["explanation"]
             # The engine's own block size (read from its /metrics), never an assumed one.
             assert account["block_size"] == smollm2.block_size
@@ -117,11 +127,7 @@ def test_a_chain_is_token_exact_and_measured_equals_expected(
 
 
 def test_a_conversation_is_token_exact_turn_after_turn(
-    client: OpenAI,
-    admin: AdminApi,
-    smollm2: RealVllm,
-    smol_server: RunningServer,
-    report: list[dict[str, Any]],
+    client: OpenAI, admin: AdminApi, smollm2: RealVllm, reported: Reported
 ) -> None:
     conversation = client.conversations.create()
     texts = [
@@ -131,26 +137,20 @@ def test_a_conversation_is_token_exact_turn_after_turn(
     ]
     for turn, text in enumerate(texts):
         response = ask(client, smollm2, text, conversation=conversation.id)
-        account = admin.account(response.id)
         if turn == 0:
-            assert account["status"] == "cold_start"
+            assert admin.account(response.id)["status"] == "cold_start"
             continue
-        report.append(row("conversation", smol_server.backend, response, account))
+        account = reported.account("conversation", response)
         assert account["status"] == "exact", account["explanation"]
         assert account["measured_cached"] == account["expected_cached"], account
 
 
 def test_a_re_tokenized_answer_is_found_where_vllm_itself_diverges(
-    client: OpenAI,
-    admin: AdminApi,
-    smollm2: RealVllm,
-    smol_server: RunningServer,
-    report: list[dict[str, Any]],
+    client: OpenAI, smollm2: RealVllm, reported: Reported
 ) -> None:
     first = ask(client, smollm2, DIVERGING_PROMPT)
     second = ask(client, smollm2, "Thanks.", previous_response_id=first.id)
-    account = admin.decoded(second.id)
-    report.append(row("retokenized", smol_server.backend, second, account))
+    account = reported.account("retokenized", second, decoded=True)
 
     # The oracle: vLLM's own ids for the first turn, and its tokenization of the second
     # turn's messages (the same conversation rendered by the same template).
@@ -199,11 +199,7 @@ def test_a_re_tokenized_answer_is_found_where_vllm_itself_diverges(
 
 
 def test_a_replayed_function_call_is_dropped_by_the_template(
-    client: OpenAI,
-    admin: AdminApi,
-    smollm2: RealVllm,
-    smol_server: RunningServer,
-    report: list[dict[str, Any]],
+    client: OpenAI, smollm2: RealVllm, reported: Reported
 ) -> None:
     first = ask(
         client,
@@ -223,8 +219,7 @@ def test_a_replayed_function_call_is_dropped_by_the_template(
         max_output_tokens=MAX_OUTPUT,
         input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 C"}],
     )
-    account = admin.account(second.id)
-    report.append(row("function-call", smol_server.backend, second, account))
+    account = reported.account("function-call", second)
     assert account["status"] == "diverged" and account["cause"] == "template"
     # SmolLM2's template renders only content: the call's tokens are gone right after
     # the parent's prompt.
@@ -236,19 +231,13 @@ def test_a_replayed_function_call_is_dropped_by_the_template(
 
 
 def test_salt_rotation_and_a_tools_change_are_classified(
-    client: OpenAI,
-    admin: AdminApi,
-    smollm2: RealVllm,
-    smol_server: RunningServer,
-    tenant: TenantKeys,
-    report: list[dict[str, Any]],
+    client: OpenAI, admin: AdminApi, smollm2: RealVllm, tenant: TenantKeys, reported: Reported
 ) -> None:
     first = ask(client, smollm2, "Name a planet.")
     with_tools = ask(
         client, smollm2, "Name another.", previous_response_id=first.id, tools=[WEATHER]
     )
-    tools = admin.account(with_tools.id)
-    report.append(row("tools-change", smol_server.backend, with_tools, tools))
+    tools = reported.account("tools-change", with_tools)
     assert tools["changes"] == ["tools"]
     # This model's template does not render tools: the change leaves the tokens alone.
     assert tools["status"] == "exact"
@@ -259,8 +248,7 @@ def test_salt_rotation_and_a_tools_change_are_classified(
     rotated = ask(
         client, smollm2, "And one more.", previous_response_id=with_tools.id, tools=[WEATHER]
     )
-    salt = admin.account(rotated.id)
-    report.append(row("salt-rotation", smol_server.backend, rotated, salt))
+    salt = reported.account("salt-rotation", rotated)
     assert salt["cause"] == "fingerprint" and "salt_epoch" in salt["changes"]
     assert salt["expected_cached"] == 0 == salt["measured_cached"]
     assert salt["lost"] == {"fingerprint": salt["parent_tokens"]}
@@ -276,11 +264,7 @@ def test_input_tokens_are_counted_by_the_render_endpoint(client: OpenAI, smollm2
 
 
 def test_a_siblings_blocks_do_not_shrink_the_parents_losses(
-    client: OpenAI,
-    admin: AdminApi,
-    smollm2: RealVllm,
-    smol_server: RunningServer,
-    report: list[dict[str, Any]],
+    client: OpenAI, smollm2: RealVllm, reported: Reported
 ) -> None:
     """Two continuations of one parent with the same prompt (the same split): the second
     is served the first one's blocks past the divergence, and still loses what the parent
@@ -295,8 +279,7 @@ def test_a_siblings_blocks_do_not_shrink_the_parents_losses(
     accounts = []
     for case in ("sibling-first", "sibling-second"):
         child = ask(client, smollm2, follow, previous_response_id=first.id, max_output_tokens=1)
-        account = admin.account(child.id)
-        report.append(row(case, smol_server.backend, child, account))
+        account = reported.account(case, child)
         assert account["status"] == "diverged" and account["cause"] == "retokenization"
         assert account["measured_cached"] == child.usage.input_tokens_details.cached_tokens
         accounts.append(account)

@@ -15,19 +15,10 @@ from sqlalchemy import insert
 
 from agentic_api.storage.database import Database
 from agentic_api.storage.models import Conversation, Response, ResponseItem
-from lineage import ExecutionFingerprint, IdKind, canonical_json, mint_id
+from lineage import IdKind, canonical_json, mint_id
+from tests.support.fingerprints import bare_fingerprint
 
-_FINGERPRINT = ExecutionFingerprint.build(
-    model="sim-model",
-    instructions=None,
-    tools=None,
-    tool_choice=None,
-    parallel_tool_calls=None,
-    text=None,
-    reasoning=None,
-    truncation=None,
-    salt_epoch=1,
-)
+_FINGERPRINT = bare_fingerprint("sim-model")
 _BATCH = 1000
 
 
@@ -107,6 +98,33 @@ def _turn(
     }
 
 
+def _chain(
+    tenant_id: str,
+    session_id: str,
+    count: int,
+    first_at: datetime,
+    apart: timedelta,
+    conversation_id: str | None,
+) -> list[dict[str, Any]]:
+    """``count`` turns of one session, ``apart`` from each other, each one's account made
+    against the turn before it."""
+    rows: list[dict[str, Any]] = []
+    for turn in range(count):
+        row = _turn(
+            tenant_id,
+            session_id,
+            at=first_at + turn * apart,
+            turn=turn,
+            parent_id=rows[-1]["id"] if rows else None,
+            conversation_id=conversation_id,
+        )
+        if conversation_id is not None:
+            # Conversation turns are roots; the account still names the previous turn.
+            row["previous_response_id"] = None
+        rows.append(row)
+    return rows
+
+
 def _items(tenant_id: str, response_id: str, text: str) -> list[dict[str, Any]]:
     rows = []
     for position, (role, kind) in enumerate((("input", "user"), ("output", "assistant"))):
@@ -131,10 +149,21 @@ def _items(tenant_id: str, response_id: str, text: str) -> list[dict[str, Any]]:
     return rows
 
 
-async def _insert(db: Database, table: Any, rows: list[dict[str, Any]]) -> None:
-    for start in range(0, len(rows), _BATCH):
-        async with db.write() as session:
-            await session.execute(insert(table), rows[start : start + _BATCH])
+def _write(db_url: str, *tables: tuple[Any, list[dict[str, Any]]]) -> None:
+    """Inserts each table's rows, in batches, in the order given (a table before the
+    tables whose rows reference it)."""
+
+    async def run() -> None:
+        db = Database.from_url(db_url, pool_size=1)
+        try:
+            for table, rows in tables:
+                for start in range(0, len(rows), _BATCH):
+                    async with db.write() as session:
+                        await session.execute(insert(table), rows[start : start + _BATCH])
+        finally:
+            await db.close()
+
+    asyncio.run(run())
 
 
 def seed_conversations(
@@ -146,20 +175,10 @@ def seed_conversations(
     for index in range(count):
         conversation_id = mint_id(IdKind.CONVERSATION)
         at = start + timedelta(seconds=index)
-        parent = None
-        for turn in range(turns_each):
-            row = _turn(
-                tenant_id,
-                conversation_id,
-                at=at + timedelta(milliseconds=turn),
-                turn=turn,
-                parent_id=parent,
-                conversation_id=conversation_id,
-            )
-            # Conversation turns are roots; the account still names the previous turn.
-            row["previous_response_id"] = None
-            parent = row["id"]
-            responses.append(row)
+        turns = _chain(
+            tenant_id, conversation_id, turns_each, at, timedelta(milliseconds=1), conversation_id
+        )
+        responses.extend(turns)
         conversations.append(
             {
                 "id": conversation_id,
@@ -169,19 +188,10 @@ def seed_conversations(
                 "metadata_": {"agent": f"agent-{index % 7}"},
                 "next_position": 2 * turns_each,
                 "version": turns_each,
-                "head_response_id": parent,
+                "head_response_id": turns[-1]["id"] if turns else None,
             }
         )
-
-    async def run() -> None:
-        db = Database.from_url(db_url, pool_size=1)
-        try:
-            await _insert(db, Conversation, conversations)
-            await _insert(db, Response, responses)
-        finally:
-            await db.close()
-
-    asyncio.run(run())
+    _write(db_url, (Conversation, conversations), (Response, responses))
     return [str(row["id"]) for row in conversations]
 
 
@@ -191,28 +201,11 @@ def seed_chain(
     """One ``previous_response_id`` chain of ``turns`` turns, each with two items."""
     session_id = f"bench-chain-{mint_id(IdKind.ITEM)}"
     start = (now or datetime.now(UTC)) - timedelta(seconds=turns)
-    responses, items = [], []
-    parent = None
-    for turn in range(turns):
-        row = _turn(
-            tenant_id,
-            session_id,
-            at=start + timedelta(seconds=turn),
-            turn=turn,
-            parent_id=parent,
-            conversation_id=None,
-        )
-        responses.append(row)
-        items.extend(_items(tenant_id, row["id"], f"turn {turn} of the long session"))
-        parent = row["id"]
-
-    async def run() -> None:
-        db = Database.from_url(db_url, pool_size=1)
-        try:
-            await _insert(db, Response, responses)
-            await _insert(db, ResponseItem, items)
-        finally:
-            await db.close()
-
-    asyncio.run(run())
+    responses = _chain(tenant_id, session_id, turns, start, timedelta(seconds=1), None)
+    items = [
+        item
+        for turn, row in enumerate(responses)
+        for item in _items(tenant_id, row["id"], f"turn {turn} of the long session")
+    ]
+    _write(db_url, (Response, responses), (ResponseItem, items))
     return SeededChain(session_id, [str(row["id"]) for row in responses])

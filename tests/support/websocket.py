@@ -40,3 +40,8 @@ def until_terminal(socket: Connection) -> list[dict[str, Any]]:
             event["type"] == "error" and "sequence_number" not in event
         ):
             return events
+
+
+def send_create(socket: Connection, **fields: Any) -> None:
+    """Sends one ``response.create`` frame with these fields."""
+    socket.send(json.dumps({"type": "response.create", **fields}))

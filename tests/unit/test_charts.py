@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from agentic_api.charts import bar_chart, line_chart, stack_vertically, stacked_bar_chart
+from agentic_api.charts import bar_chart, line_chart, stack_vertically
 
 NS = "{http://www.w3.org/2000/svg}"
 HOSTILE = '</text><script>alert(1)</script><a href="javascript:alert(2)">x</a>'
@@ -123,7 +123,7 @@ def test_bar_chart_heights_follow_the_values_on_one_baseline() -> None:
 
 
 def test_stacked_bars_stand_on_each_other_and_a_missing_value_draws_nothing() -> None:
-    svg = stacked_bar_chart("turns", ["a", "b"], {"ok": [1.0, 2.0], "failed": [3.0, None]})
+    svg = bar_chart("turns", ["a", "b"], {"ok": [1.0, 2.0], "failed": [3.0, None]}, stacked=True)
     assert_self_contained(svg)
     root = ET.fromstring(svg)
     drawn = bars(root)
@@ -148,7 +148,7 @@ def test_hostile_labels_are_text_never_markup() -> None:
     for svg in (
         line_chart(HOSTILE, {HOSTILE: [(1, 1.0)]}, x_title=HOSTILE, y_title=HOSTILE),
         bar_chart(HOSTILE, [HOSTILE], {HOSTILE: [1.0]}, y_title=HOSTILE),
-        stacked_bar_chart(HOSTILE, [HOSTILE], {HOSTILE: [1.0]}),
+        bar_chart(HOSTILE, [HOSTILE], {HOSTILE: [1.0]}, stacked=True),
     ):
         assert_self_contained(svg)
         root = ET.fromstring(svg)

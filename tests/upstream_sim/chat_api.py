@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from . import tokenizer
-from .behaviors import Behavior, content_of
+from .behaviors import Behavior
 from .common import (
     cache_salt_shape,
     check_cache_salt,
@@ -18,10 +18,11 @@ from .common import (
     new_id,
     optional_bool,
     optional_int,
+    output_too_large,
     sse_data,
 )
 from .errors import SimHTTPError, error_body, schema_error
-from .exchange import Exchange, Runtime, StreamPlan
+from .exchange import Exchange, Runtime, StreamPlan, open_exchange
 from .generation import Generation, default_reply
 from .render import render_chat
 from .state import Headers, RecordedRequest, SimConfig
@@ -79,37 +80,24 @@ def prepare(
     if isinstance(requested, int) and len(prompt) + requested > limit:
         raise SimHTTPError(
             400,
-            f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This model's "
-            f"maximum context length is {limit} tokens and your request has {len(prompt)} "
-            f"input tokens ({requested} > {limit} - {len(prompt)}).",
+            output_too_large(requested, limit, len(prompt)),
             param="max_tokens",
         )
     max_tokens = requested if isinstance(requested, int) else limit - len(prompt)
 
     behavior = next_behavior() or default_reply(rendered, config)
-    content = content_of(behavior) or default_reply(rendered, config)
-    stream = bool(body.get("stream"))
     completion_id = "chatcmpl-" + _request_id(body, rec.headers)
-    state.update(
+    return open_exchange(
+        runtime,
         rec,
+        body,
         behavior=behavior,
-        stream=stream,
-        prompt_text=rendered.text,
-        prompt_tokens=len(prompt),
-        response_id=completion_id,
-    )
-    shaper = _Shaper(body, config, completion_id, prompt)
-    return Exchange(
-        runtime=runtime,
-        rec=rec,
-        behavior=behavior,
-        content=content,
-        stream=stream,
-        prompt_tokens=prompt,
+        rendered=rendered,
+        prompt=prompt,
         salt=salt,
         max_tokens=max_tokens,
-        render_json=shaper.json_body,
-        render_stream=shaper.stream_plan,
+        response_id=completion_id,
+        shaper=_Shaper(body, config, completion_id, prompt),
     )
 
 

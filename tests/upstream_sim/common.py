@@ -89,6 +89,16 @@ def check_vllm_xargs(body: Mapping[str, Any]) -> None:
             raise schema_error(f"vllm_xargs.{key}: Input should be a valid string")
 
 
+def output_too_large(requested: int, limit: int, prompt_tokens: int) -> str:
+    """vLLM's words (chat completions and Messages alike) when the prompt leaves no room
+    for the asked output."""
+    return (
+        f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This model's "
+        f"maximum context length is {limit} tokens and your request has {prompt_tokens} "
+        f"input tokens ({requested} > {limit} - {prompt_tokens})."
+    )
+
+
 def optional_int(body: Mapping[str, Any], name: str, minimum: int) -> int | None:
     value = body.get(name)
     if value is None:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import orjson
 from starlette.responses import Response
@@ -27,11 +28,13 @@ from .behaviors import (
     Malformed,
     Reply,
     StreamError,
+    content_of,
     event_delay_of,
 )
 from .errors import error_bytes, internal_error_type
-from .generation import Generation, generate
+from .generation import Generation, default_reply, generate
 from .kv_events import reports_reuse, session_of
+from .render import Rendered
 from .state import RecordedRequest, SimState
 
 # The client of a connection, as uvicorn reports it in scope["client"].
@@ -69,6 +72,54 @@ StreamRenderer = Callable[[Generation, int], StreamPlan]
 
 JSON_HEADERS = {"content-type": "application/json"}
 SSE_HEADERS = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
+
+
+class Shaper(Protocol):
+    """Renders one request's reply in the shape of its API."""
+
+    def json_body(self, gen: Generation, cached: int) -> bytes: ...
+
+    def stream_plan(self, gen: Generation, cached: int) -> StreamPlan: ...
+
+
+def open_exchange(
+    runtime: Runtime,
+    rec: RecordedRequest,
+    body: Mapping[str, Any],
+    *,
+    behavior: Behavior,
+    rendered: Rendered,
+    prompt: list[int],
+    salt: str | None,
+    max_tokens: int,
+    response_id: str,
+    shaper: Shaper,
+) -> Exchange:
+    """The exchange of a validated request, whatever its API: it plays the behavior's
+    content (an echo of the prompt when it has none), and the request is recorded with its
+    prompt, stream flag and id before anything is played."""
+    content = content_of(behavior) or default_reply(rendered, runtime.state.config)
+    stream = bool(body.get("stream"))
+    runtime.state.update(
+        rec,
+        behavior=behavior,
+        stream=stream,
+        prompt_text=rendered.text,
+        prompt_tokens=len(prompt),
+        response_id=response_id,
+    )
+    return Exchange(
+        runtime=runtime,
+        rec=rec,
+        behavior=behavior,
+        content=content,
+        stream=stream,
+        prompt_tokens=prompt,
+        salt=salt,
+        max_tokens=max_tokens,
+        render_json=shaper.json_body,
+        render_stream=shaper.stream_plan,
+    )
 
 
 def _raw_json(body: object) -> bytes:

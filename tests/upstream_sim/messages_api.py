@@ -34,10 +34,10 @@ from typing import Any
 import orjson
 
 from . import tokenizer
-from .behaviors import Behavior, content_of
-from .common import cache_salt_shape, check_cache_salt, chunk_text, new_id
+from .behaviors import Behavior
+from .common import cache_salt_shape, check_cache_salt, chunk_text, new_id, output_too_large
 from .errors import SimHTTPError, schema_error
-from .exchange import Exchange, Runtime, StreamPlan
+from .exchange import Exchange, Runtime, StreamPlan, open_exchange
 from .generation import Generation, default_reply
 from .render import Rendered, render_chat
 from .state import RecordedRequest, SimConfig
@@ -253,34 +253,21 @@ def prepare(
     if len(prompt) + requested > limit:
         raise AnthropicSimError(
             400,
-            f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This model's "
-            f"maximum context length is {limit} tokens and your request has {len(prompt)} "
-            f"input tokens ({requested} > {limit} - {len(prompt)}).",
+            output_too_large(requested, limit, len(prompt)),
         )
     behavior = next_behavior() or default_reply(rendered, config)
-    content = content_of(behavior) or default_reply(rendered, config)
-    stream = bool(body.get("stream"))
     message_id = new_id("chatcmpl-")
-    state.update(
+    return open_exchange(
+        runtime,
         rec,
+        body,
         behavior=behavior,
-        stream=stream,
-        prompt_text=rendered.text,
-        prompt_tokens=len(prompt),
-        response_id=message_id,
-    )
-    shaper = _Shaper(config, message_id, len(prompt))
-    return Exchange(
-        runtime=runtime,
-        rec=rec,
-        behavior=behavior,
-        content=content,
-        stream=stream,
-        prompt_tokens=prompt,
+        rendered=rendered,
+        prompt=prompt,
         salt=salt,
         max_tokens=requested,
-        render_json=shaper.json_body,
-        render_stream=shaper.stream_plan,
+        response_id=message_id,
+        shaper=_Shaper(config, message_id, len(prompt)),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from . import tokenizer
-from .behaviors import Behavior, content_of
+from .behaviors import Behavior
 from .common import (
     cache_salt_shape,
     check_cache_salt,
@@ -28,7 +28,7 @@ from .common import (
     sse_event,
 )
 from .errors import SimHTTPError, schema_error
-from .exchange import Exchange, Runtime, StreamPlan
+from .exchange import Exchange, Runtime, StreamPlan, open_exchange
 from .generation import Generation, GenPart, default_reply, forced_call
 from .render import render_responses
 from .state import RecordedRequest, SimConfig
@@ -105,36 +105,28 @@ def prepare(
     max_tokens = min(requested, room) if isinstance(requested, int) else room
 
     behavior = next_behavior() or forced_call(body) or default_reply(rendered, config)
-    content = content_of(behavior) or default_reply(rendered, config)
-    stream = bool(body.get("stream"))
     request_id = body.get("request_id")
     response_id = request_id if isinstance(request_id, str) and request_id else new_id("resp_")
-    state.update(
-        rec,
-        behavior=behavior,
-        stream=stream,
-        prompt_text=rendered.text,
-        prompt_tokens=len(prompt),
-        response_id=response_id,
-    )
     shaper = _Shaper(body, config, response_id, len(prompt), max_tokens)
-    report = getattr(content, "report_tokens", "exact")
+    exchange = open_exchange(
+        runtime,
+        rec,
+        body,
+        behavior=behavior,
+        rendered=rendered,
+        prompt=prompt,
+        salt=salt,
+        max_tokens=max_tokens,
+        response_id=response_id,
+        shaper=shaper,
+    )
+    # Nothing is rendered before the exchange plays, so the shaper may still learn this.
+    report = getattr(exchange.content, "report_tokens", "exact")
     asked = body.get("enable_response_messages") is True and config.response_messages
     if asked and report != "omit":
         shaper.prompt_messages = (rendered.text, prompt)
         shaper.short_output = report == "short"
-    return Exchange(
-        runtime=runtime,
-        rec=rec,
-        behavior=behavior,
-        content=content,
-        stream=stream,
-        prompt_tokens=prompt,
-        salt=salt,
-        max_tokens=max_tokens,
-        render_json=shaper.json_body,
-        render_stream=shaper.stream_plan,
-    )
+    return exchange
 
 
 class _Shaper:

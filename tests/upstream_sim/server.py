@@ -8,7 +8,7 @@ import dataclasses
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
@@ -28,6 +28,10 @@ from .render import render_chat
 from .state import RecordedRequest, SimConfig, SimState
 
 CONTROL_PREFIX = "/_sim/"
+
+
+# A route's handler, as the app is given it.
+Route = Callable[[Request], Awaitable[Response]]
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -126,52 +130,80 @@ def _record_of(request: Request) -> RecordedRequest:
     return rec
 
 
+def _detokenized(body: dict[str, Any], config: SimConfig) -> dict[str, Any]:
+    check_model(body, config)
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+        raise schema_error("tokens: Input should be a valid list of integers")
+    return {"prompt": "".join(tokenizer.piece_of(t) for t in tokens)}
+
+
+def _tokenized(body: dict[str, Any], config: SimConfig) -> dict[str, Any]:
+    check_model(body, config)
+    if isinstance(body.get("messages"), list):
+        tools = body.get("tools")
+        text = render_chat(
+            body["messages"],
+            tools if isinstance(tools, list) else None,
+            add_generation_prompt=body.get("add_generation_prompt", True) is not False,
+        ).text
+    elif isinstance(body.get("prompt"), str):
+        text = body["prompt"]
+    else:
+        raise schema_error("Either 'prompt' (a string) or 'messages' is required")
+    pieces = tokenizer.split(text)
+    return {
+        "count": len(pieces),
+        "max_model_len": config.max_model_len,
+        "tokens": tokenizer.ids(pieces),
+        "token_strs": pieces if body.get("return_token_strs") is True else None,
+    }
+
+
 def create_app(runtime: Runtime) -> ASGIApp:
     state = runtime.state
     app = FastAPI(title="vLLM upstream simulator", docs_url=None, redoc_url=None, openapi_url=None)
 
-    async def generation(
-        request: Request,
-        prepare: Callable[..., Response],
-    ) -> Response:
-        rec = _record_of(request)
-        try:
-            body = parse_json_object(await request.body(), request.headers.get("content-type"))
-            return prepare(body, rec, runtime, lambda: state.next_behavior(body))
-        except SimHTTPError as exc:
-            state.finish(rec, "rejected", status=exc.status)
-            return _error(exc)
+    def generating(prepare: Callable[..., Response]) -> Route:
+        async def generation(request: Request) -> Response:
+            rec = _record_of(request)
+            try:
+                body = parse_json_object(await request.body(), request.headers.get("content-type"))
+                return prepare(body, rec, runtime, lambda: state.next_behavior(body))
+            except SimHTTPError as exc:
+                state.finish(rec, "rejected", status=exc.status)
+                return _error(exc)
 
-    @app.post("/v1/responses")
-    async def responses(request: Request) -> Response:
-        return await generation(request, responses_api.prepare)
+        return generation
 
-    @app.post("/v1/responses/render")
-    async def render_responses(request: Request) -> Response:
-        rec = _record_of(request)
-        try:
-            body = parse_json_object(await request.body(), request.headers.get("content-type"))
-            answer = responses_api.render_request(body, state.config)
-        except SimHTTPError as exc:
-            state.finish(rec, "rejected", status=exc.status)
-            return _error(exc)
-        state.finish(rec, "completed", status=200)
-        return _json(answer)
+    def answering(answer: Callable[[dict[str, Any], SimConfig], Any]) -> Route:
+        # A request answered at once (no generation): recorded completed, or rejected.
+        async def answered(request: Request) -> Response:
+            rec = _record_of(request)
+            try:
+                body = parse_json_object(await request.body(), request.headers.get("content-type"))
+                payload = answer(body, state.config)
+            except SimHTTPError as exc:
+                state.finish(rec, "rejected", status=exc.status)
+                return _error(exc)
+            state.finish(rec, "completed", status=200)
+            return _json(payload)
 
-    @app.post("/detokenize")
-    async def detokenize(request: Request) -> Response:
-        rec = _record_of(request)
-        try:
-            body = parse_json_object(await request.body(), request.headers.get("content-type"))
-            check_model(body, state.config)
-            tokens = body.get("tokens")
-            if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
-                raise schema_error("tokens: Input should be a valid list of integers")
-        except SimHTTPError as exc:
-            state.finish(rec, "rejected", status=exc.status)
-            return _error(exc)
-        state.finish(rec, "completed", status=200)
-        return _json({"prompt": "".join(tokenizer.piece_of(t) for t in tokens)})
+        return answered
+
+    for path, prepare in (
+        ("/v1/responses", responses_api.prepare),
+        ("/v1/chat/completions", chat_api.prepare),
+        ("/v1/messages", messages_api.prepare),
+    ):
+        app.post(path)(generating(prepare))
+    for path, answer in (
+        ("/v1/responses/render", responses_api.render_request),
+        ("/v1/messages/count_tokens", messages_api.count_tokens),
+        ("/detokenize", _detokenized),
+        ("/tokenize", _tokenized),
+    ):
+        app.post(path)(answering(answer))
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -195,26 +227,6 @@ def create_app(runtime: Runtime) -> ASGIApp:
             f"vllm:kv_cache_usage_perc{{{labels}}} {float(kv_usage)}\n"
         )
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        return await generation(request, chat_api.prepare)
-
-    @app.post("/v1/messages")
-    async def messages(request: Request) -> Response:
-        return await generation(request, messages_api.prepare)
-
-    @app.post("/v1/messages/count_tokens")
-    async def count_tokens(request: Request) -> Response:
-        rec = _record_of(request)
-        try:
-            body = parse_json_object(await request.body(), request.headers.get("content-type"))
-            answer = messages_api.count_tokens(body, state.config)
-        except SimHTTPError as exc:
-            state.finish(rec, "rejected", status=exc.status)
-            return _error(exc)
-        state.finish(rec, "completed", status=200)
-        return _json(answer)
 
     @app.get("/health")
     async def health() -> Response:
@@ -254,37 +266,6 @@ def create_app(runtime: Runtime) -> ASGIApp:
             ],
         }
         return _json({"object": "list", "data": [card]})
-
-    @app.post("/tokenize")
-    async def tokenize(request: Request) -> Response:
-        rec = _record_of(request)
-        try:
-            body = parse_json_object(await request.body(), request.headers.get("content-type"))
-            check_model(body, state.config)
-            if isinstance(body.get("messages"), list):
-                tools = body.get("tools")
-                text = render_chat(
-                    body["messages"],
-                    tools if isinstance(tools, list) else None,
-                    add_generation_prompt=body.get("add_generation_prompt", True) is not False,
-                ).text
-            elif isinstance(body.get("prompt"), str):
-                text = body["prompt"]
-            else:
-                raise schema_error("Either 'prompt' (a string) or 'messages' is required")
-        except SimHTTPError as exc:
-            state.finish(rec, "rejected", status=exc.status)
-            return _error(exc)
-        pieces = tokenizer.split(text)
-        state.finish(rec, "completed", status=200)
-        return _json(
-            {
-                "count": len(pieces),
-                "max_model_len": state.config.max_model_len,
-                "tokens": tokenizer.ids(pieces),
-                "token_strs": pieces if body.get("return_token_strs") is True else None,
-            }
-        )
 
     _add_control_routes(app, state)
     return RecordingMiddleware(app, state)

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
-from agentic_api.http.auth import require_tenant, services_of
+from agentic_api.http.auth import services_of
+from agentic_api.http.route_parts import Tenant
 from agentic_api.serving.compaction import compact_history as compacted
-from agentic_api.serving.tenants import TenantContext
 from agentic_api.wire.compact import check_compact_fields
 from agentic_api.wire.multi_agent import beta_of, refuse_compaction_beta
 from agentic_api.wire.requests import parse_create_request, parse_json_object
 
 router = APIRouter(tags=["responses"])
-Tenant = Annotated[TenantContext, Depends(require_tenant)]
 
 
 @router.post("/v1/responses/compact")

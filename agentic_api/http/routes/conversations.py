@@ -7,20 +7,20 @@ OpenAI-shaped 400 raised before anything is written.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
-from agentic_api.http.auth import require_tenant, services_of
+from agentic_api.http.auth import services_of
 from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.http.include import checked_include
 from agentic_api.http.json_response import JsonResponse
+from agentic_api.http.route_parts import ListLimit, ListOrder, Tenant, error_responses, json_body
 from agentic_api.serving import conversations
 from agentic_api.serving.conversation_items import append_items
 from agentic_api.serving.results import Replayed
-from agentic_api.serving.tenants import TenantContext
 from agentic_api.wire.conversations import (
     AddItemsRequest,
     ConversationDeleted,
@@ -33,29 +33,17 @@ from agentic_api.wire.conversations import (
     parse_create,
     parse_update,
 )
-from agentic_api.wire.errors import ErrorBody
-from agentic_api.wire.limits import MAX_INCLUDE_ENTRIES, MAX_LIST_LIMIT
+from agentic_api.wire.limits import MAX_INCLUDE_ENTRIES
 
-# Failures are OpenAI-shaped; "4XX" also replaces FastAPI's default 422 entry, which
-# would be wrong here (validation errors are rendered as 400s).
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": text}
-    for status, text in (
-        (400, "Invalid parameters or items"),
-        (401, "Missing or unknown API key"),
-        (404, "No such conversation or item (another tenant's is not found either)"),
-        ("4XX", "Any other client error"),
-    )
-}
+_ERRORS = error_responses(
+    (400, "Invalid parameters or items"),
+    (401, "Missing or unknown API key"),
+    (404, "No such conversation or item (another tenant's is not found either)"),
+    ("4XX", "Any other client error"),
+)
 router = APIRouter(tags=["conversations"], responses=_ERRORS)
-Tenant = Annotated[TenantContext, Depends(require_tenant)]
 # Checked (http/include.py) and honoured by what items are: stored whole, as sent.
 Include = Annotated[list[str] | None, Query(alias="include[]", max_length=MAX_INCLUDE_ENTRIES)]
-
-
-def _body(model: type[BaseModel]) -> dict[str, Any]:
-    schema = model.model_json_schema()
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 def _documented(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
@@ -64,7 +52,7 @@ def _documented(model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
 
 @router.post(
     "/v1/conversations",
-    openapi_extra=_body(CreateConversationRequest),
+    openapi_extra=json_body(CreateConversationRequest),
     responses=_documented(ConversationObject),
 )
 async def create_conversation(request: Request, tenant: Tenant) -> JsonResponse:
@@ -83,7 +71,7 @@ async def retrieve_conversation(
 
 @router.post(
     "/v1/conversations/{conversation_id}",
-    openapi_extra=_body(UpdateConversationRequest),
+    openapi_extra=json_body(UpdateConversationRequest),
     responses=_documented(ConversationObject),
 )
 async def update_conversation(
@@ -104,7 +92,7 @@ async def delete_conversation(
 
 @router.post(
     "/v1/conversations/{conversation_id}/items",
-    openapi_extra=_body(AddItemsRequest),
+    openapi_extra=json_body(AddItemsRequest),
     responses=_documented(ConversationItemList),
 )
 async def add_items(
@@ -130,8 +118,8 @@ async def list_items(
     request: Request,
     tenant: Tenant,
     after: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 20,
-    order: Literal["asc", "desc"] = "desc",
+    limit: ListLimit = 20,
+    order: ListOrder = "desc",
     include: Include = None,
 ) -> JsonResponse:
     page = await conversations.list_items(

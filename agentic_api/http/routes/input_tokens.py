@@ -5,14 +5,14 @@ Registered before the responses router so the path is not taken for a response i
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
-from agentic_api.http.auth import require_tenant, services_of
+from agentic_api.http.auth import services_of
+from agentic_api.http.route_parts import Tenant, json_body
 from agentic_api.serving.input_tokens import input_tokens as count_input_tokens
-from agentic_api.serving.tenants import TenantContext
 from agentic_api.wire.requests import (
     CreateResponseRequest,
     parse_create_request,
@@ -20,17 +20,11 @@ from agentic_api.wire.requests import (
 )
 
 router = APIRouter(tags=["responses"])
-Tenant = Annotated[TenantContext, Depends(require_tenant)]
 
 
 @router.post(
     "/v1/responses/input_tokens",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": CreateResponseRequest.model_json_schema()}},
-        }
-    },
+    openapi_extra=json_body(CreateResponseRequest),
 )
 async def input_tokens(request: Request, tenant: Tenant) -> dict[str, Any]:
     services = services_of(request)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 
 from agentic_api.errors import NotFound
-from agentic_api.http.auth import require_tenant, services_of
-from agentic_api.serving.tenants import TenantContext
+from agentic_api.http.auth import services_of
+from agentic_api.http.route_parts import Tenant
 
 router = APIRouter(tags=["models"])
-Tenant = Annotated[TenantContext, Depends(require_tenant)]
 
 
 @router.get("/v1/models")

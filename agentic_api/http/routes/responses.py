@@ -3,15 +3,16 @@ delete, input items."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from agentic_api.http.auth import require_tenant, services_of
+from agentic_api.http.auth import services_of
 from agentic_api.http.idempotency import idempotency_key, replay
 from agentic_api.http.include import checked_include
 from agentic_api.http.json_response import JsonResponse
+from agentic_api.http.route_parts import ListLimit, ListOrder, Tenant, json_body
 from agentic_api.http.sse import (
     TurnEventStream,
     from_followed,
@@ -22,23 +23,17 @@ from agentic_api.http.sse import (
 from agentic_api.serving import create, responses
 from agentic_api.serving.responses import FollowedEvents, RebuiltEvents, StoredEventList
 from agentic_api.serving.results import Final, Prewarmed, Queued, Streaming
-from agentic_api.serving.tenants import TenantContext, caller_of
-from agentic_api.wire.limits import MAX_INTEGER, MAX_LIST_LIMIT
+from agentic_api.serving.tenants import caller_of
+from agentic_api.wire.limits import MAX_INTEGER
 from agentic_api.wire.multi_agent import beta_of
 from agentic_api.wire.requests import CreateResponseRequest, parse_create_request
 
 router = APIRouter(tags=["responses"])
-Tenant = Annotated[TenantContext, Depends(require_tenant)]
 
 
 @router.post(
     "/v1/responses",
-    openapi_extra={
-        "requestBody": {
-            "required": True,
-            "content": {"application/json": {"schema": CreateResponseRequest.model_json_schema()}},
-        }
-    },
+    openapi_extra=json_body(CreateResponseRequest),
 )
 async def create_response(request: Request, tenant: Tenant) -> Response:
     services = services_of(request)
@@ -104,8 +99,8 @@ async def list_input_items(
     request: Request,
     tenant: Tenant,
     after: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 20,
-    order: Literal["asc", "desc"] = "desc",
+    limit: ListLimit = 20,
+    order: ListOrder = "desc",
     include: Annotated[list[str] | None, Query(alias="include[]")] = None,
 ) -> dict[str, Any]:
     # Stored input items are shown as sent (an image's URL included); reasoning sealed

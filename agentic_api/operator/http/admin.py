@@ -7,13 +7,14 @@ route reads or changes is in ``serving.admin``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.security import HTTPBearer
 
 from agentic_api.errors import InvalidRequest
 from agentic_api.http.auth import require_admin, services_of
+from agentic_api.http.route_parts import error_responses
 from agentic_api.operator.handlers.admin import conversations, lineage, tenants, usage
 from agentic_api.operator.shapes.admin import (
     DEFAULT_LIST_LIMIT,
@@ -36,7 +37,6 @@ from agentic_api.operator.shapes.admin import (
     metadata_filters,
 )
 from agentic_api.serving.tenants import KeyMemo
-from agentic_api.wire.errors import ErrorBody
 from agentic_api.wire.limits import (
     MAX_LIST_LIMIT,
     MAX_METADATA_KEY_LENGTH,
@@ -52,17 +52,12 @@ _admin_bearer = HTTPBearer(
     scheme_name="AdminKey",
     description="An admin key (sk-agentic-admin-…); tenant API keys are refused.",
 )
-# Every failure is an OpenAI-shaped ErrorBody; "4XX" also stands in for FastAPI's default
-# 422 entry, which would be wrong here (validation errors are rendered as 400s).
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": text}
-    for status, text in (
-        (400, "Invalid parameters"),
-        (401, "Missing, unknown or non-admin key"),
-        (404, "No such object"),
-        ("4XX", "Any other client error"),
-    )
-}
+_ERRORS = error_responses(
+    (400, "Invalid parameters"),
+    (401, "Missing, unknown or non-admin key"),
+    (404, "No such object"),
+    ("4XX", "Any other client error"),
+)
 router = APIRouter(
     prefix="/admin/v1",
     tags=["admin"],
@@ -98,7 +93,7 @@ async def list_tenants(
 @router.post(
     "/tenants",
     summary="Create a tenant and its first API key (shown once)",
-    responses={409: {"model": ErrorBody, "description": "The name is taken"}},
+    responses=error_responses((409, "The name is taken")),
 )
 async def create_tenant(body: CreateTenantRequest, request: Request) -> TenantCreated:
     return await tenants.create_tenant(services_of(request), body.name, body.key_name)

@@ -151,6 +151,24 @@ class Window:
     until: datetime | None = None
 
 
+async def turns_page(
+    session: AsyncSession,
+    tenant_id: str,
+    where: ColumnElement[bool],
+    *,
+    after: str | None,
+    limit: int,
+) -> list[TurnRecord]:
+    """The tenant's turns that ``where`` selects, in start order (response ids are
+    time-ordered), after the id ``after``: ``limit + 1`` rows, so the caller sees whether
+    there are more."""
+    query = select(*_TURN_COLUMNS).where(Response.tenant_id == tenant_id, where)
+    if after is not None:
+        query = query.where(Response.id > after)
+    rows = (await session.execute(query.order_by(Response.id).limit(limit + 1))).all()
+    return [TurnRecord(*row) for row in rows]
+
+
 def _rowcount(result: Any) -> int:
     return int(cast(CursorResult[Any], result).rowcount)
 
@@ -315,14 +333,13 @@ class AdminRepository:
     async def conversation_turns(
         self, tenant_id: str, conversation_id: str, *, after: str | None, limit: int
     ) -> Sequence[TurnRecord]:
-        # Response ids are time-ordered, so id order is the order the turns were started.
-        query = select(*_TURN_COLUMNS).where(
-            Response.tenant_id == tenant_id, Response.conversation_id == conversation_id
+        return await turns_page(
+            self.session,
+            tenant_id,
+            Response.conversation_id == conversation_id,
+            after=after,
+            limit=limit,
         )
-        if after is not None:
-            query = query.where(Response.id > after)
-        rows = (await self.session.execute(query.order_by(Response.id).limit(limit + 1))).all()
-        return [TurnRecord(*row) for row in rows]
 
     async def turn_before(
         self, tenant_id: str, conversation_id: str, before: str

@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from agentic_api.operator.queries.admin import _TURN_COLUMNS, TurnRecord
+from agentic_api.operator.queries.admin import _TURN_COLUMNS, TurnRecord, turns_page
 from agentic_api.storage.jobs import QUEUED, RUNNING
 from agentic_api.storage.models import (
     AdminKey,
@@ -388,14 +388,10 @@ class ConsoleRepository:
     async def session_turns(
         self, tenant_id: str, session_id: str, *, after: str | None, limit: int
     ) -> Sequence[TurnRecord]:
-        """A session's turns in start order (ids are time-ordered); ``limit + 1`` rows."""
-        query = select(*_TURN_COLUMNS).where(
-            Response.tenant_id == tenant_id, Response.session_id == session_id
+        """A session's turns in start order; ``limit + 1`` rows."""
+        return await turns_page(
+            self.session, tenant_id, Response.session_id == session_id, after=after, limit=limit
         )
-        if after is not None:
-            query = query.where(Response.id > after)
-        rows = (await self.session.execute(query.order_by(Response.id).limit(limit + 1))).all()
-        return [TurnRecord(*row) for row in rows]
 
     async def turns_by_id(self, tenant_id: str, ids: Sequence[str]) -> dict[str, TurnRecord]:
         if not ids:

@@ -3,12 +3,14 @@ token-level reuse account with the stored token ids' size."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agentic_api.errors import NotFound
 from agentic_api.operator.handlers.admin.keep_warm import annotate_rewarms
 from agentic_api.operator.handlers.admin.placement import annotate_placements
 from agentic_api.operator.handlers.admin.timeline import present_chain, present_tree
 from agentic_api.operator.handlers.admin.token_account import account_view
-from agentic_api.operator.queries.admin import AdminRepository
+from agentic_api.operator.queries.admin import AdminRepository, TurnRecord
 from agentic_api.operator.shapes.admin import (
     MAX_DESCENDANTS,
     AdminAgentAccounts,
@@ -23,16 +25,18 @@ from agentic_api.runtime import Runtime
 from agentic_api.storage.agent_rounds import AgentRound, AgentRoundRepository
 
 
-def _response_not_found(response_id: str) -> NotFound:
-    return NotFound(f"No response with id '{response_id}'.", param="response_id")
+async def _chain(repo: AdminRepository, response_id: str) -> Sequence[TurnRecord]:
+    """The response and its ancestors, root first; a 404 when there is no such response."""
+    chain = await repo.ancestors(response_id)
+    if not chain:
+        raise NotFound(f"No response with id '{response_id}'.", param="response_id")
+    return chain
 
 
 async def response_lineage(services: Runtime, response_id: str) -> AdminLineage:
     async with services.db.read() as session:
         repo = AdminRepository(session)
-        chain = await repo.ancestors(response_id)
-        if not chain:
-            raise _response_not_found(response_id)
+        chain = await _chain(repo, response_id)
         descendants = await repo.descendants(response_id, limit=MAX_DESCENDANTS)
     shown = descendants[:MAX_DESCENDANTS]
     ancestors = present_chain(chain)
@@ -51,9 +55,7 @@ async def response_lineage(services: Runtime, response_id: str) -> AdminLineage:
 async def token_account(services: Runtime, response_id: str) -> AdminTokenAccount:
     async with services.db.read() as session:
         repo = AdminRepository(session)
-        chain = await repo.ancestors(response_id)
-        if not chain:
-            raise _response_not_found(response_id)
+        chain = await _chain(repo, response_id)
         artifact = await repo.token_artifact(response_id)
     turn = chain[-1]
     return AdminTokenAccount(
@@ -78,9 +80,7 @@ async def token_account(services: Runtime, response_id: str) -> AdminTokenAccoun
 async def agent_accounts(services: Runtime, response_id: str) -> AdminAgentAccounts:
     """Each agent's token account of a multi-agent response, from its stored rounds."""
     async with services.db.read() as session:
-        chain = await AdminRepository(session).ancestors(response_id)
-        if not chain:
-            raise _response_not_found(response_id)
+        chain = await _chain(AdminRepository(session), response_id)
         turn = chain[-1]
         accounts = AgentRoundRepository(session)
         rounds = await accounts.for_response(turn.tenant_id, turn.id)

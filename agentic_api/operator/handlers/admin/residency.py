@@ -5,7 +5,7 @@ each replica holds, matched by its token ids), and the timeline's cause."""
 from __future__ import annotations
 
 from array import array
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -231,20 +231,26 @@ def _expected(
 
 
 async def conversation_residency(services: Runtime, conversation_id: str) -> SessionResidency:
-    async with services.db.read() as session:
-        owner = await conversation_owner(session, conversation_id)
-        tokens = await _branch(session, services, owner)
-    if owner is None:
-        raise NotFound(f"No conversation with id '{conversation_id}'.", param="conversation_id")
-    return session_residency(owner, services.residency, services.secret, tokens)
+    return await _residency(services, conversation_owner, "conversation", conversation_id)
 
 
 async def response_residency(services: Runtime, response_id: str) -> SessionResidency:
+    return await _residency(services, response_owner, "response", response_id)
+
+
+async def _residency(
+    services: Runtime,
+    owner_of: Callable[[AsyncSession, str], Awaitable[SessionOwner | None]],
+    kind: str,
+    object_id: str,
+) -> SessionResidency:
+    """The residency of the session that owns the conversation or response ``object_id``
+    (``owner_of`` finds it); a 404 naming ``kind`` when there is none."""
     async with services.db.read() as session:
-        owner = await response_owner(session, response_id)
+        owner = await owner_of(session, object_id)
         tokens = await _branch(session, services, owner)
     if owner is None:
-        raise NotFound(f"No response with id '{response_id}'.", param="response_id")
+        raise NotFound(f"No {kind} with id '{object_id}'.", param=f"{kind}_id")
     return session_residency(owner, services.residency, services.secret, tokens)
 
 

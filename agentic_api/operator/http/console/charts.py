@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from agentic_api.charts import line_chart, stacked_bar_chart
+from agentic_api.charts import bar_chart, line_chart
 from agentic_api.http.auth import services_of
 from agentic_api.operator.handlers.console.tenants import SPANS, TenantSeries, tenant_series
 from agentic_api.operator.http.console.gate import viewer
@@ -48,10 +48,11 @@ def lost_chart(series: TenantSeries) -> str:
     starts = sorted({b.start for b in series.lost})
     causes = list(series.lost_by_cause)
     values = {(b.start, b.cause): b.tokens for b in series.lost}
-    return stacked_bar_chart(
+    return bar_chart(
         f"Lost tokens by cause, last {series.span}",
         [_label(start, series) for start in starts],
         {cause: [values.get((start, cause), 0) for start in starts] for cause in causes},
+        stacked=True,
         y_title="tokens",
     )
 
