@@ -398,7 +398,8 @@ def test_overhead_reports_server_cpu_per_turn_by_pid(
     process, key = served
     direct = Target("direct", reply_sim.url, stateful=False)
     ours = Target("ours", process.url, stateful=True, api_key=key)
-    config = OverheadConfig(model=reply_sim.config.model, depths=(2,), probes=6, warmup=1)
+    # Enough turns that the server's CPU time passes a clock tick (10 ms) on any machine.
+    config = OverheadConfig(model=reply_sim.config.model, depths=(2,), probes=24, warmup=1)
 
     async def work() -> list[dict[str, Any]]:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -74,7 +75,11 @@ def test_a_client_that_stops_reading_gets_every_event_once_and_the_turn_commits_
     monkeypatch.setattr(CoalescingHttpToolsProtocol, "connection_made", with_a_small_send_buffer)
     with running_server(db_url, sim, tmp_path) as server:
         tenant = create_tenant(db_url)
-        sim.push(Reply("word " * WORDS))
+        # The answer waits until the client has read the response's head: its first events
+        # are written while the client keeps up, whatever the machine's load (unheld, a
+        # busy machine can coalesce the whole answer into the first write).
+        started = threading.Event()
+        sim.push(Reply("word " * WORDS, hold=started))
         request = orjson.dumps({"model": sim.config.model, "input": "long", "stream": True})
         with socket.socket() as client:
             # A small receive window: the server's writes back up soon after we stop.
@@ -89,6 +94,7 @@ def test_a_client_that_stops_reading_gets_every_event_once_and_the_turn_commits_
             )
             received = client.recv(2048)
             assert received.startswith(b"HTTP/1.1 200"), received[:200]
+            started.set()
             # Reading nothing more, wait for the turn to be stored as completed.
             deadline = time.monotonic() + 30
             while scalar(db_url, "SELECT count(*) FROM responses WHERE status = 'completed'") == 0:
