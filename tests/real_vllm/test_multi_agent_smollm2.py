@@ -151,7 +151,11 @@ def test_a_tree_runs_on_smollm2(
         multi_agent={"enabled": True, "max_concurrent_subagents": 2},
         betas=["responses_multi_agent=v1"],
     )
-    assert response.status == "completed", response.error
+    assert response.status == "completed", (
+        response.error,
+        response.incomplete_details,
+        [(item.type, item.agent and item.agent.agent_name) for item in response.output],
+    )
     names = {item.agent.agent_name for item in response.output if item.agent is not None}
     subagents = sorted(name for name in names if name != ROOT)
     assert len(subagents) == 2, [item.type for item in response.output]
