@@ -147,7 +147,9 @@ def test_a_tree_runs_on_smollm2(
         input="Find the capital of France and the capital of Italy.",
         tool_choice={"type": "function", "name": "spawn_agent"},
         temperature=0,
-        max_output_tokens=160,
+        # Room for the lead's closing answer after its subagents report (at 160 it was cut
+        # once in four runs).
+        max_output_tokens=320,
         multi_agent={"enabled": True, "max_concurrent_subagents": 2},
         betas=["responses_multi_agent=v1"],
     )
@@ -158,7 +160,10 @@ def test_a_tree_runs_on_smollm2(
     )
     names = {item.agent.agent_name for item in response.output if item.agent is not None}
     subagents = sorted(name for name in names if name != ROOT)
-    assert len(subagents) == 2, [item.type for item in response.output]
+    # The 135M model's forced first round makes one spawn call or two: at temperature 0
+    # on CPU vLLM both were seen for the same prompt (its numerics depend on what the
+    # prefix cache already held). Every subagent it spawned is checked below.
+    assert 1 <= len(subagents) <= 2, [item.type for item in response.output]
 
     by_agent: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
     for body, answer in recorder.exchanges:
