@@ -209,6 +209,11 @@ class Prometheus:
                 found = read()
             except httpx.TransportError:
                 found = None
+            except httpx.HTTPStatusError as exc:
+                # 503 until its storage is open (seconds, on a busy machine): not yet.
+                if exc.response.status_code != 503:
+                    raise
+                found = None
             if found:
                 return found
             if time.monotonic() > deadline:
