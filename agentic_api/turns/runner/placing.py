@@ -177,10 +177,7 @@ class RoundPlacer:
             return Target(self.services.upstream)
         candidates = await self._candidates(book)
         previous = self._previous()
-        size = self._size(book)
-        claim = book.claim_of(self.work.home_key)
-        # The room it needs: what only it holds (a prefix it found there is shared).
-        demand = None if size is None else size - (claim.shared if claim is not None else 0)
+        size, demand = self._size(book)
         decision = place(
             candidates,
             self.work.home_key,
@@ -306,13 +303,18 @@ class RoundPlacer:
             for name in book.replicas
         ]
 
-    def _size(self, book: PlacementBook) -> int | None:
-        """The tokens this session comes back with: the branch it continues (read with the
-        residency), else what its claim last said (None: not known yet)."""
-        if self._branch is not None:
-            return len(self._branch)
+    def _size(self, book: PlacementBook) -> tuple[int | None, int | None]:
+        """The tokens this session comes back with (the branch it continues, read with
+        the residency, else what its claim last said), and the room it needs: what only
+        it holds, a prefix it found cached where it was placed being shared (None: not
+        known yet)."""
         claim = book.claim_of(self.work.home_key)
-        return None if claim is None else claim.tokens
+        size = len(self._branch) if self._branch is not None else None
+        if size is None and claim is not None:
+            size = claim.tokens
+        if size is None:
+            return None, None
+        return size, size - (claim.shared if claim is not None else 0)
 
     async def _resident(self) -> dict[str, int]:
         """Leading tokens of the branch (the parent's prompt + output) each replica

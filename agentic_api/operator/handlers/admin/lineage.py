@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from agentic_api.errors import NotFound
 from agentic_api.operator.handlers.admin.keep_warm import annotate_rewarms
 from agentic_api.operator.handlers.admin.placement import annotate_placements
@@ -82,11 +84,19 @@ async def agent_accounts(services: Runtime, response_id: str) -> AdminAgentAccou
     async with services.db.read() as session:
         chain = await _chain(AdminRepository(session), response_id)
         turn = chain[-1]
-        accounts = AgentRoundRepository(session)
-        rounds = await accounts.for_response(turn.tenant_id, turn.id)
-        stored = await accounts.subagent_responses(turn.tenant_id, turn.id)
-    agents = with_responses(accounts_of(rounds), turn.id, stored)
+        agents = await agents_of(session, turn.tenant_id, turn.id)
     return AdminAgentAccounts(response_id=turn.id, tenant_id=turn.tenant_id, agents=agents)
+
+
+async def agents_of(session: AsyncSession, tenant_id: str, response_id: str) -> list[AgentAccount]:
+    """Each agent's token account of a response, naming each agent's own response (its
+    subagents' responses read only for a multi-agent one: no rounds, no second query)."""
+    repo = AgentRoundRepository(session)
+    rounds = await repo.for_response(tenant_id, response_id)
+    if not rounds:
+        return []
+    stored = await repo.subagent_responses(tenant_id, response_id)
+    return with_responses(accounts_of(rounds), response_id, stored)
 
 
 def with_responses(

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentic_api.operator.handlers.admin.lineage import accounts_of, with_responses
+from agentic_api.operator.handlers.admin.lineage import agents_of
 from agentic_api.operator.handlers.admin.timeline import present_turn
 from agentic_api.operator.queries.admin import AdminRepository
 from agentic_api.operator.queries.console import ConsoleRepository, ItemRecord
 from agentic_api.operator.shapes.admin import AdminTurn, AgentAccount
 from agentic_api.runtime import Runtime
-from agentic_api.storage.agent_rounds import AgentRoundRepository
 
 
 @dataclass(frozen=True)
@@ -46,13 +45,9 @@ async def response_detail(
         artifact = await AdminRepository(session).token_artifact(response_id)
         latency = (await repo.latencies([response_id])).get(response_id)
         items = list(await repo.items(response_id, after_position=after_position, limit=limit))
-        agent_rounds = AgentRoundRepository(session)
-        rounds = await agent_rounds.for_response(turn.tenant_id, response_id)
-        # Each subagent's own response, for its link (read only for a multi-agent one, so
-        # any other page costs what it did).
-        stored = (
-            await agent_rounds.subagent_responses(turn.tenant_id, response_id) if rounds else {}
-        )
+        # Each agent's account and own response, for its link (subagents read only for a
+        # multi-agent one, so any other page costs what it did).
+        agents = await agents_of(session, turn.tenant_id, response_id)
     return ResponseDetail(
         tenant_id=turn.tenant_id,
         session_id=turn.session_id,
@@ -64,5 +59,5 @@ async def response_detail(
         else (artifact.prompt_count, artifact.output_count),
         items=items[:limit],
         has_more=len(items) > limit,
-        agents=with_responses(accounts_of(rounds), response_id, stored),
+        agents=agents,
     )
