@@ -146,6 +146,38 @@ def test_the_root_compacts_and_the_tree_goes_on(
     starts_at_the_summary(sim, "and then?")
 
 
+def test_a_forced_tool_choice_applies_to_the_first_round_after_the_summary(
+    tree_client: OpenAI, tree_server: RunningServer, sim: SimServer
+) -> None:
+    sim.push(Reply("noted"))
+    first = tree_client.responses.create(model=MODEL, instructions=INSTRUCTIONS, input=LONG)
+    sim.state.clear_recordings()
+    sim.push_for(
+        ROOT,
+        Reply(SUMMARY),
+        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Find A."})]),
+        ToolCalls([Call("wait_agent", {})]),
+        Reply("A is 1."),
+    )
+    sim.push_for(ALPHA, Reply("A is 1."))
+    response = create_tree(
+        tree_client,
+        "what next?",
+        previous_response_id=first.id,
+        context_management=COMPACT,
+        tool_choice="required",
+    )
+    assert response.status == "completed"
+    root_rounds = [
+        rec.json.get("tool_choice")
+        for rec in sim.requests("/v1/responses")
+        if not asks_summary(rec) and texts(rec)[-1] != "Find A."
+    ]
+    # The summary round is not the task's first round: the one after it is forced.
+    assert root_rounds[0] == "required"
+    assert all(choice == "auto" for choice in root_rounds[1:])
+
+
 def test_a_subagent_compacts_on_its_own(
     tree_client: OpenAI, tree_server: RunningServer, sim: SimServer
 ) -> None:

@@ -289,3 +289,35 @@ def test_an_approval_answer_is_refused_in_a_tree(
     assert "multi_agent" in error["message"]
     assert sim.requests("/v1/responses") == []
     assert mcp_server.calls_of("add") == []
+
+
+def test_an_interrupted_agents_mcp_call_is_settled_not_left_in_progress(
+    client: OpenAI, sim: SimServer, mcp_server: McpTestServer
+) -> None:
+    sim.push_for(
+        ROOT,
+        ToolCalls([Call("spawn_agent", {"task_name": "alpha", "message": "Wait a while."})]),
+        # Long enough for the helper's tool to be running, far shorter than the tool.
+        ToolCalls([Call("wait_agent", {"targets": ["alpha"], "timeout_ms": 1000})]),
+        ToolCalls([Call("interrupt_agent", {"target": "alpha"})]),
+        Reply("Stopped the helper."),
+    )
+    sim.push_for(ALPHA, ToolCalls([Call("tools__slow", {"seconds": 5}, call_id="c_slow")]))
+    tools = [
+        mcp_tool(
+            mcp_server.url,
+            require_approval={"never": {"tool_names": ["slow"]}},
+            allowed_tools=["slow"],
+        )
+    ]
+    response = create_tree(client, tools)
+    final = response.model_dump(exclude_none=True)
+    assert final["status"] == "completed", [(i["type"], i.get("agent")) for i in final["output"]]
+    calls = [item for item in final["output"] if item["type"] == "mcp_call"]
+    assert len(calls) == 1, final["output"]
+    (call,) = calls
+    assert call["agent"] == {"agent_name": ALPHA}
+    # Interrupted while the tool ran: settled as not finished, never left in progress.
+    assert call["status"] == "incomplete"
+    stored = client.beta.responses.retrieve(final["id"], betas=BETAS)
+    assert stored.model_dump(exclude_none=True)["output"] == final["output"]

@@ -85,6 +85,7 @@ class Compactor:
         relay = agent.relay
         assert relay is not None
         agent.rounds += 1
+        agent.summary_rounds += 1
         relay.start_round(0)
         body = summary_body(fields, window, run.turn.request.max_output_tokens)
         async with self.tree.model_turn(agent):

@@ -173,11 +173,19 @@ class AgentLoop:
                 waits.append(str(item["call_id"]))
         # What follows is the next round's new input (what a compaction keeps).
         agent.answered = len(agent.items)
-        ran = iter(
-            await tools.run_calls(agent.name, list(gateway.values()))
-            if tools is not None and not cut
-            else ()
-        )
+        try:
+            ran = iter(
+                await tools.run_calls(agent.name, list(gateway.values()))
+                if tools is not None and not cut
+                else ()
+            )
+        except asyncio.CancelledError:
+            # Interrupted (interrupt_agent, the tree stopped, its time up) while its MCP
+            # calls ran: each announced call is settled as not finished, so neither the
+            # stream nor the stored output keeps a call in progress forever.
+            for index, at in shown_at.items():
+                self.tree.shown.finish_call(at, gateway[index].shown(agent.name, "incomplete"))
+            raise
         # Each call's output in the order of the calls.
         for index, call in enumerate(items):
             call_id = str(call.get("call_id"))

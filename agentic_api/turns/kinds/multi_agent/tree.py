@@ -79,6 +79,9 @@ class Agent:
     inbox: list[str] = field(default_factory=list)
     usage: dict[str, Any] = field(default_factory=empty_usage)
     rounds: int = 0
+    # Of those, its compaction's summary rounds (compacting.py): not the model's turns at
+    # the task, so a forced tool choice still applies to the root's first real round.
+    summary_rounds: int = 0
     # The prompt's token ids of its latest round, and (a subagent) of its parent's round
     # that spawned it, when the upstream reports them: its first request's expected reuse.
     last_prompt: array[int] | None = None

@@ -102,7 +102,7 @@ async def run_multi_agent_turn(run: TurnInProgress) -> Ending:
     def forced(agent: Agent) -> bool:
         if agent.parent is not None:
             return False
-        if agent.rounds == 1:
+        if agent.rounds - agent.summary_rounds == 1:
             return True
         started = sum(1 for other in tree.subagents() if other.parent is agent)
         return forces_spawn and started < max_concurrent
