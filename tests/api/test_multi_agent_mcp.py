@@ -260,8 +260,9 @@ def test_a_tool_that_needs_approval_is_refused_before_anything_runs(
     assert count_responses(tree_server.db_url, keys.id) == before
 
 
+@pytest.mark.parametrize("background", [False, True])
 def test_an_approval_answer_is_refused_in_a_tree(
-    client: OpenAI, sim: SimServer, mcp_server: McpTestServer
+    client: OpenAI, sim: SimServer, mcp_server: McpTestServer, background: bool
 ) -> None:
     sim.push(ToolCalls([Call("tools__add", {"a": 4, "b": 4}, call_id="a1")]))
     asked = client.responses.create(
@@ -283,6 +284,8 @@ def test_an_approval_answer_is_refused_in_a_tree(
             tools=[mcp_tool(mcp_server.url)],
             multi_agent=MULTI,
             betas=BETAS,
+            # Refused as the turn is prepared: a background request is never queued.
+            background=background,
         )
     error: Any = caught.value.body
     assert error["param"] == "input[0].approval_request_id"

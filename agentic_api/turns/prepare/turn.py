@@ -88,6 +88,16 @@ async def prepare_turn(
             param="input",
             code="invalid_value",
         )
+    if approvals and request.runs_agents:
+        # Refused here, before a background request is queued: a tree's agents never
+        # pause for approvals (turns/kinds/multi_agent/gateway.py).
+        raise InvalidRequest(
+            "Approval responses cannot be answered by a multi-agent response on this "
+            "server: its agents do not pause for approvals. Answer them without "
+            "multi_agent.",
+            param=f"{approvals[0].param}.approval_request_id",
+            code="unsupported_parameter",
+        )
 
     lineage = resolve_lineage(
         tenant_id=caller.tenant_id,

@@ -118,17 +118,9 @@ class TreeTools:
 
 async def open_tree_tools(run: TurnInProgress) -> TreeTools | None:
     """The request's MCP servers connected and listed (held until the turn has ended),
-    or None when it has none. Raises the request's refusals, before anything runs."""
+    or None when it has none. Raises the request's refusals, before anything runs (an
+    approval response in a tree's input is refused earlier, as the turn is prepared)."""
     turn, settings = run.turn, run.services.settings
-    if turn.approvals:
-        pending = turn.approvals[0]
-        raise InvalidRequest(
-            "Approval responses cannot be answered by a multi-agent response on this "
-            "server: its agents do not pause for approvals. Answer them without "
-            "multi_agent.",
-            param=f"{pending.param}.approval_request_id",
-            code="unsupported_parameter",
-        )
     if not turn.mcp_servers:
         return None
     check_mcp_hosts(turn, settings)
