@@ -539,16 +539,11 @@ def _multi_agent_run(
         raise typer.BadParameter("--multi-agent reads the agents' accounts: give --admin-key")
     target = Target("target", url, stateful=True, api_key=api_key)
 
-    async def work() -> tuple[list[dict[str, Any]], MultiAgentConfig]:
-        try:
-            chosen = config
-            if not model:
-                chosen = replace(config, model=await target.first_model())
-            return await run_multi_agent(target, chosen), chosen
-        finally:
-            await target.aclose()
+    async def work(chosen_model: str) -> tuple[list[dict[str, Any]], MultiAgentConfig]:
+        chosen = replace(config, model=chosen_model)
+        return await run_multi_agent(target, chosen), chosen
 
-    rows, used = _run(work())
+    rows, used = _run_on([target], model, work)
     summary = summarize_multi_agent(rows)
     result = {
         "command": "agents --multi-agent",
